@@ -1,0 +1,198 @@
+//! `spillway-bench`: Spillway's bench suite. Each scenario is a subcommand in its own module
+//! that returns report rows (ours beside a peer); this file parses the command line, runs the
+//! scenario, prints its tables and writes its JSON under `target/bench/`.
+//!
+//! ```text
+//! spillway-bench codec [--quick] [--out FILE]
+//! ```
+
+mod codec;
+mod harness;
+mod report;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use harness::Plan;
+use report::Row;
+
+#[global_allocator]
+static GLOBAL: harness::CountingAlloc = harness::CountingAlloc;
+
+const USAGE: &str = "\
+usage: spillway-bench <scenario> [--quick] [--out FILE]
+
+scenarios:
+  codec    spillway-codec against mqttbytes 0.6: PUBLISH encode/decode, PUBACK streams,
+           CONNECT round trips, on MQTT 3.1.1 and 5; time and allocations per operation
+
+options:
+  --quick     fewer and shorter runs (CI smoke); the JSON is still written
+  --out FILE  where to write the JSON rows (default: target/bench/<scenario>.json under the
+              workspace root)";
+
+/// The subcommands. Each new scenario (s3, mqtt, then all) adds a variant here, a module,
+/// and an arm in `run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    Codec,
+}
+
+impl Scenario {
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Codec => "codec",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Scenario> {
+        match s {
+            "codec" => Some(Scenario::Codec),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Options {
+    scenario: Scenario,
+    quick: bool,
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug)]
+enum Command {
+    Run(Options),
+    Help,
+}
+
+fn parse_args(args: &[String]) -> Result<Command, String> {
+    let mut scenario = None;
+    let mut quick = false;
+    let mut out = None;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "-h" | "--help" | "help" => return Ok(Command::Help),
+            "--quick" => quick = true,
+            "--out" => match it.next() {
+                Some(path) => out = Some(PathBuf::from(path)),
+                None => return Err("--out needs a file name".to_owned()),
+            },
+            s if s.starts_with('-') => return Err(format!("unknown option {s}")),
+            s => match (scenario, Scenario::parse(s)) {
+                (None, Some(sc)) => scenario = Some(sc),
+                (Some(_), Some(_)) => return Err("give one scenario".to_owned()),
+                (_, None) => return Err(format!("unknown scenario {s:?}")),
+            },
+        }
+    }
+    let scenario = scenario.ok_or_else(|| "no scenario given".to_owned())?;
+    Ok(Command::Run(Options {
+        scenario,
+        quick,
+        out,
+    }))
+}
+
+fn print_report(rows: &[Row], legend: &[(&str, &str)], target: Option<f64>) {
+    println!();
+    print!(
+        "{}",
+        report::table("time per operation (median)", rows, "ns_per_op")
+    );
+    if let Some(t) = target {
+        println!("  {}", report::target_summary(rows, "ns_per_op", t));
+    }
+    println!();
+    print!(
+        "{}",
+        report::table("allocations per operation", rows, "allocs_per_op")
+    );
+    println!();
+    for (name, what) in legend {
+        println!("  {name}: {what}");
+    }
+}
+
+fn run(opts: &Options) -> Result<(), String> {
+    let plan = if opts.quick {
+        Plan::quick()
+    } else {
+        Plan::full()
+    };
+    let mut progress = |row: &str| {
+        eprint!("  measuring {row} ...\r");
+        let _ = std::io::stderr().flush();
+    };
+    eprintln!(
+        "spillway-bench {}: {} runs of ~{} ms per side and row",
+        opts.scenario.name(),
+        plan.runs,
+        plan.run_time.as_millis()
+    );
+    let (rows, legend, target) = match opts.scenario {
+        Scenario::Codec => (
+            codec::run(&plan, &mut progress)?,
+            codec::LEGEND,
+            Some(codec::TARGET_RATIO),
+        ),
+    };
+    eprintln!("{:60}", "");
+    print_report(&rows, legend, target);
+    let path = opts
+        .out
+        .clone()
+        .unwrap_or_else(|| report::default_json_path(opts.scenario.name()));
+    report::write_json(&path, &rows).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    println!("\nwrote {}", path.display());
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match parse_args(&args) {
+        Ok(Command::Help) => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        Ok(Command::Run(opts)) => match run(&opts) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("spillway-bench {}: {e}", opts.scenario.name());
+                ExitCode::FAILURE
+            }
+        },
+        Err(e) => {
+            eprintln!("spillway-bench: {e}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn command_line() {
+        match parse_args(&args(&["codec", "--quick", "--out", "x.json"])) {
+            Ok(Command::Run(o)) => {
+                assert_eq!(o.scenario, Scenario::Codec);
+                assert!(o.quick);
+                assert_eq!(o.out, Some(PathBuf::from("x.json")));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(parse_args(&args(&["--help"])), Ok(Command::Help)));
+        assert!(parse_args(&args(&[])).is_err());
+        assert!(parse_args(&args(&["codec", "--bogus"])).is_err());
+        assert!(parse_args(&args(&["nope"])).is_err());
+        assert!(parse_args(&args(&["codec", "--out"])).is_err());
+    }
+}

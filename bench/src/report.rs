@@ -1,0 +1,231 @@
+//! Results: a table on stdout and the same rows as JSON under `target/bench/`.
+
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// One line of a report: a metric of one scenario, ours beside the peer's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub scenario: String,
+    /// `ns_per_op` or `allocs_per_op`.
+    pub metric: &'static str,
+    pub ours: f64,
+    pub peer: f64,
+    pub peer_name: &'static str,
+    pub unit: &'static str,
+}
+
+impl Row {
+    /// How many times ours is better: peer / ours (lower is better for every metric here).
+    /// `None` when ours is zero (zero allocations) or a value is not finite.
+    pub fn ratio(&self) -> Option<f64> {
+        let r = self.peer / self.ours;
+        (self.ours > 0.0 && r.is_finite()).then_some(r)
+    }
+}
+
+fn fmt_value(v: f64) -> String {
+    if !v.is_finite() {
+        "-".to_owned()
+    } else if v == 0.0 {
+        "0".to_owned()
+    } else if v.abs() < 10.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// The rows of one metric as an aligned text table.
+pub fn table(title: &str, rows: &[Row], metric: &str) -> String {
+    let rows: Vec<&Row> = rows.iter().filter(|r| r.metric == metric).collect();
+    let Some(first) = rows.first() else {
+        return String::new();
+    };
+    let unit = first.unit;
+    let peer = first.peer_name;
+    let head = [
+        "scenario".to_owned(),
+        format!("ours {unit}"),
+        format!("{peer} {unit}"),
+        format!("ratio ({peer} / ours)"),
+    ];
+    let body: Vec<[String; 4]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.scenario.clone(),
+                fmt_value(r.ours),
+                fmt_value(r.peer),
+                match r.ratio() {
+                    Some(x) => format!("{x:.2}x"),
+                    None if r.ours == 0.0 && r.peer > 0.0 => "ours allocates nothing".to_owned(),
+                    None => "-".to_owned(),
+                },
+            ]
+        })
+        .collect();
+    let mut width = head.clone().map(|h| h.chars().count());
+    for line in &body {
+        for (w, cell) in width.iter_mut().zip(line) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "{title}");
+    let line = |out: &mut String, cells: &[String; 4]| {
+        let _ = write!(out, "  {:<w$}", cells[0], w = width[0]);
+        for (cell, w) in cells.iter().zip(width).skip(1) {
+            let _ = write!(out, "  {cell:>w$}");
+        }
+        out.push('\n');
+    };
+    line(&mut out, &head);
+    let rule: usize = width.iter().sum::<usize>() + 2 * width.len();
+    let _ = writeln!(out, "  {}", "-".repeat(rule - 2));
+    for cells in &body {
+        line(&mut out, cells);
+    }
+    out
+}
+
+/// One line on how the rows of `metric` compare with a goal of `target` times better.
+pub fn target_summary(rows: &[Row], metric: &str, target: f64) -> String {
+    let rows: Vec<&Row> = rows.iter().filter(|r| r.metric == metric).collect();
+    let missed: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.ratio().is_none_or(|x| x < target))
+        .map(|r| r.scenario.as_str())
+        .collect();
+    if missed.is_empty() {
+        format!("target {target}x: met on all {} rows", rows.len())
+    } else {
+        format!(
+            "target {target}x: missed on {} of {} rows: {}",
+            missed.len(),
+            rows.len(),
+            missed.join(", ")
+        )
+    }
+}
+
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+fn json_number(out: &mut String, v: Option<f64>) {
+    match v {
+        Some(x) if x.is_finite() => {
+            let _ = write!(out, "{}", (x * 1000.0).round() / 1000.0);
+        }
+        _ => out.push_str("null"),
+    }
+}
+
+/// The rows as a JSON list of `{"scenario", "metric", "ours", "peer", "peer_name", "unit",
+/// "ratio"}` objects (`ratio` is null when ours is zero).
+pub fn to_json(rows: &[Row]) -> String {
+    let mut out = String::from("[\n");
+    for (i, r) in rows.iter().enumerate() {
+        out.push_str("  {\"scenario\": ");
+        json_string(&mut out, &r.scenario);
+        out.push_str(", \"metric\": ");
+        json_string(&mut out, r.metric);
+        out.push_str(", \"ours\": ");
+        json_number(&mut out, Some(r.ours));
+        out.push_str(", \"peer\": ");
+        json_number(&mut out, Some(r.peer));
+        out.push_str(", \"peer_name\": ");
+        json_string(&mut out, r.peer_name);
+        out.push_str(", \"unit\": ");
+        json_string(&mut out, r.unit);
+        out.push_str(", \"ratio\": ");
+        json_number(&mut out, r.ratio());
+        out.push('}');
+        if i + 1 < rows.len() {
+            out.push(',');
+        }
+        out.push('\n');
+    }
+    out.push_str("]\n");
+    out
+}
+
+/// The workspace root: the nearest directory at or above the current one whose Cargo.toml
+/// declares `[workspace]`, else the one this crate was built in.
+pub fn workspace_root() -> PathBuf {
+    if let Ok(cwd) = std::env::current_dir() {
+        for dir in cwd.ancestors() {
+            let manifest = dir.join("Cargo.toml");
+            if let Ok(text) = std::fs::read_to_string(&manifest)
+                && text.lines().any(|l| l.trim() == "[workspace]")
+            {
+                return dir.to_path_buf();
+            }
+        }
+    }
+    let built_in = Path::new(env!("CARGO_MANIFEST_DIR"));
+    built_in.parent().unwrap_or(built_in).to_path_buf()
+}
+
+/// `target/bench/<name>.json` under the workspace root.
+pub fn default_json_path(name: &str) -> PathBuf {
+    workspace_root()
+        .join("target")
+        .join("bench")
+        .join(format!("{name}.json"))
+}
+
+/// Writes the rows as JSON to `path`, creating its directory.
+pub fn write_json(path: &Path, rows: &[Row]) -> io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, to_json(rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(metric: &'static str, ours: f64, peer: f64) -> Row {
+        Row {
+            scenario: "encode \"x\"".to_owned(),
+            metric,
+            ours,
+            peer,
+            peer_name: "peer",
+            unit: "ns/op",
+        }
+    }
+
+    #[test]
+    fn json_rows_and_ratios() {
+        let rows = [row("ns_per_op", 10.0, 35.0), row("allocs_per_op", 0.0, 2.0)];
+        assert_eq!(rows[0].ratio(), Some(3.5));
+        assert_eq!(rows[1].ratio(), None);
+        let json = to_json(&rows);
+        assert!(json.contains(r#"{"scenario": "encode \"x\"", "metric": "ns_per_op", "ours": 10, "peer": 35, "peer_name": "peer", "unit": "ns/op", "ratio": 3.5}"#), "{json}");
+        assert!(json.contains(r#""ratio": null}"#), "{json}");
+        let t = table("t", &rows, "ns_per_op");
+        assert!(t.contains("3.50x"), "{t}");
+        assert_eq!(
+            target_summary(&rows, "ns_per_op", 3.0),
+            "target 3x: met on all 1 rows"
+        );
+        assert!(target_summary(&rows, "ns_per_op", 4.0).starts_with("target 4x: missed on 1 of 1"));
+    }
+}

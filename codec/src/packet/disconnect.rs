@@ -1,0 +1,76 @@
+//! DISCONNECT (MQTT 3.1.1 §3.14, MQTT 5 §3.14).
+
+use bytes::{BufMut, BytesMut};
+
+use super::{EncodeOptions, PacketType};
+use crate::error::{DecodeError, EncodeError};
+use crate::properties::{Properties, PropertyContext};
+use crate::reason::ReasonCode;
+use crate::types::Protocol;
+use crate::wire::{Reader, put_fixed_header};
+
+/// The last packet of a connection; on MQTT 5 either side may send it, with a reason.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Disconnect {
+    pub reason: ReasonCode,
+    pub properties: Properties,
+}
+
+impl Disconnect {
+    pub(crate) fn read(r: &mut Reader<'_>, protocol: Protocol) -> Result<Self, DecodeError> {
+        let mut d = Disconnect::default();
+        if protocol == Protocol::V311 || r.remaining() == 0 {
+            // §3.14.2.1: a remaining length of 0 means Normal disconnection.
+            return Ok(d);
+        }
+        d.reason = ReasonCode(r.u8("reason code")?);
+        if !d.reason.allowed_in(PacketType::Disconnect, protocol) {
+            return Err(DecodeError::InvalidReasonCode {
+                packet: PacketType::Disconnect,
+                code: d.reason.0,
+            });
+        }
+        if r.remaining() > 0 {
+            d.properties = Properties::decode(r, PropertyContext::Disconnect)?;
+        }
+        Ok(d)
+    }
+
+    pub(crate) fn write(
+        &self,
+        out: &mut BytesMut,
+        opts: &EncodeOptions,
+    ) -> Result<usize, EncodeError> {
+        if opts.protocol == Protocol::V311 {
+            if self.reason.0 != 0 || !self.properties.is_empty() {
+                return Err(EncodeError::NotInProtocol {
+                    what: "a DISCONNECT reason code or properties",
+                });
+            }
+            return put_fixed_header(out, 0xE0, 0, opts.max_packet_size, 0);
+        }
+        if !self
+            .reason
+            .allowed_in(PacketType::Disconnect, opts.protocol)
+        {
+            return Err(EncodeError::InvalidReasonCode {
+                packet: PacketType::Disconnect,
+                code: self.reason.0,
+            });
+        }
+        let props_len = self.properties.check(PropertyContext::Disconnect, None)?;
+        if props_len == 0 {
+            if self.reason.0 == 0 {
+                return put_fixed_header(out, 0xE0, 0, opts.max_packet_size, 0);
+            }
+            let total = put_fixed_header(out, 0xE0, 1, opts.max_packet_size, 0)?;
+            out.put_u8(self.reason.0);
+            return Ok(total);
+        }
+        let n = 1 + crate::varint::len(props_len as u32) + props_len;
+        let total = put_fixed_header(out, 0xE0, n, opts.max_packet_size, 0)?;
+        out.put_u8(self.reason.0);
+        self.properties.put(out, props_len, None);
+        Ok(total)
+    }
+}

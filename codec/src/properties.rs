@@ -1,0 +1,774 @@
+//! MQTT 5 properties (§2.2.2): every property the specification defines, which packets may
+//! carry each one, and their encoding. One `Properties` struct serves every packet; the
+//! [`PropertyContext`] says which properties the packet at hand allows, and both the decoder
+//! and the encoder enforce it.
+
+use std::fmt;
+use std::num::{NonZeroU16, NonZeroU32};
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::error::{DecodeError, EncodeError};
+use crate::string::MqttStr;
+use crate::types::QoS;
+use crate::varint;
+use crate::wire::{Reader, check_field, field_len, put_binary};
+
+/// Property identifiers (§2.2.2.2, table 2-4).
+pub mod id {
+    pub const PAYLOAD_FORMAT_INDICATOR: u8 = 0x01;
+    pub const MESSAGE_EXPIRY_INTERVAL: u8 = 0x02;
+    pub const CONTENT_TYPE: u8 = 0x03;
+    pub const RESPONSE_TOPIC: u8 = 0x08;
+    pub const CORRELATION_DATA: u8 = 0x09;
+    pub const SUBSCRIPTION_IDENTIFIER: u8 = 0x0B;
+    pub const SESSION_EXPIRY_INTERVAL: u8 = 0x11;
+    pub const ASSIGNED_CLIENT_IDENTIFIER: u8 = 0x12;
+    pub const SERVER_KEEP_ALIVE: u8 = 0x13;
+    pub const AUTHENTICATION_METHOD: u8 = 0x15;
+    pub const AUTHENTICATION_DATA: u8 = 0x16;
+    pub const REQUEST_PROBLEM_INFORMATION: u8 = 0x17;
+    pub const WILL_DELAY_INTERVAL: u8 = 0x18;
+    pub const REQUEST_RESPONSE_INFORMATION: u8 = 0x19;
+    pub const RESPONSE_INFORMATION: u8 = 0x1A;
+    pub const SERVER_REFERENCE: u8 = 0x1C;
+    pub const REASON_STRING: u8 = 0x1F;
+    pub const RECEIVE_MAXIMUM: u8 = 0x21;
+    pub const TOPIC_ALIAS_MAXIMUM: u8 = 0x22;
+    pub const TOPIC_ALIAS: u8 = 0x23;
+    pub const MAXIMUM_QOS: u8 = 0x24;
+    pub const RETAIN_AVAILABLE: u8 = 0x25;
+    pub const USER_PROPERTY: u8 = 0x26;
+    pub const MAXIMUM_PACKET_SIZE: u8 = 0x27;
+    pub const WILDCARD_SUBSCRIPTION_AVAILABLE: u8 = 0x28;
+    pub const SUBSCRIPTION_IDENTIFIER_AVAILABLE: u8 = 0x29;
+    pub const SHARED_SUBSCRIPTION_AVAILABLE: u8 = 0x2A;
+}
+
+use id::*;
+
+const fn mask(ids: &[u8]) -> u64 {
+    let mut m = 0u64;
+    let mut i = 0;
+    while i < ids.len() {
+        m |= 1 << ids[i];
+        i += 1;
+    }
+    m
+}
+
+/// The identifiers the specification defines.
+const DEFINED: u64 = mask(&[
+    PAYLOAD_FORMAT_INDICATOR,
+    MESSAGE_EXPIRY_INTERVAL,
+    CONTENT_TYPE,
+    RESPONSE_TOPIC,
+    CORRELATION_DATA,
+    SUBSCRIPTION_IDENTIFIER,
+    SESSION_EXPIRY_INTERVAL,
+    ASSIGNED_CLIENT_IDENTIFIER,
+    SERVER_KEEP_ALIVE,
+    AUTHENTICATION_METHOD,
+    AUTHENTICATION_DATA,
+    REQUEST_PROBLEM_INFORMATION,
+    WILL_DELAY_INTERVAL,
+    REQUEST_RESPONSE_INFORMATION,
+    RESPONSE_INFORMATION,
+    SERVER_REFERENCE,
+    REASON_STRING,
+    RECEIVE_MAXIMUM,
+    TOPIC_ALIAS_MAXIMUM,
+    TOPIC_ALIAS,
+    MAXIMUM_QOS,
+    RETAIN_AVAILABLE,
+    USER_PROPERTY,
+    MAXIMUM_PACKET_SIZE,
+    WILDCARD_SUBSCRIPTION_AVAILABLE,
+    SUBSCRIPTION_IDENTIFIER_AVAILABLE,
+    SHARED_SUBSCRIPTION_AVAILABLE,
+]);
+
+/// Where a property block sits: each packet (and the will of CONNECT) allows its own set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PropertyContext {
+    Connect,
+    Will,
+    ConnAck,
+    Publish,
+    PubAck,
+    PubRec,
+    PubRel,
+    PubComp,
+    Subscribe,
+    SubAck,
+    Unsubscribe,
+    UnsubAck,
+    Disconnect,
+    Auth,
+}
+
+impl PropertyContext {
+    pub fn name(self) -> &'static str {
+        use PropertyContext::*;
+        match self {
+            Connect => "CONNECT",
+            Will => "the will properties",
+            ConnAck => "CONNACK",
+            Publish => "PUBLISH",
+            PubAck => "PUBACK",
+            PubRec => "PUBREC",
+            PubRel => "PUBREL",
+            PubComp => "PUBCOMP",
+            Subscribe => "SUBSCRIBE",
+            SubAck => "SUBACK",
+            Unsubscribe => "UNSUBSCRIBE",
+            UnsubAck => "UNSUBACK",
+            Disconnect => "DISCONNECT",
+            Auth => "AUTH",
+        }
+    }
+
+    /// The properties this context allows (table 2-4, "Packet / Will Properties" column).
+    pub fn allowed(self) -> u64 {
+        use PropertyContext::*;
+        const ACK: u64 = mask(&[REASON_STRING, USER_PROPERTY]);
+        match self {
+            Publish => mask(&[
+                PAYLOAD_FORMAT_INDICATOR,
+                MESSAGE_EXPIRY_INTERVAL,
+                CONTENT_TYPE,
+                RESPONSE_TOPIC,
+                CORRELATION_DATA,
+                SUBSCRIPTION_IDENTIFIER,
+                TOPIC_ALIAS,
+                USER_PROPERTY,
+            ]),
+            Will => mask(&[
+                PAYLOAD_FORMAT_INDICATOR,
+                MESSAGE_EXPIRY_INTERVAL,
+                CONTENT_TYPE,
+                RESPONSE_TOPIC,
+                CORRELATION_DATA,
+                WILL_DELAY_INTERVAL,
+                USER_PROPERTY,
+            ]),
+            Connect => mask(&[
+                SESSION_EXPIRY_INTERVAL,
+                AUTHENTICATION_METHOD,
+                AUTHENTICATION_DATA,
+                REQUEST_PROBLEM_INFORMATION,
+                REQUEST_RESPONSE_INFORMATION,
+                RECEIVE_MAXIMUM,
+                TOPIC_ALIAS_MAXIMUM,
+                USER_PROPERTY,
+                MAXIMUM_PACKET_SIZE,
+            ]),
+            ConnAck => mask(&[
+                SESSION_EXPIRY_INTERVAL,
+                ASSIGNED_CLIENT_IDENTIFIER,
+                SERVER_KEEP_ALIVE,
+                AUTHENTICATION_METHOD,
+                AUTHENTICATION_DATA,
+                RESPONSE_INFORMATION,
+                SERVER_REFERENCE,
+                REASON_STRING,
+                RECEIVE_MAXIMUM,
+                TOPIC_ALIAS_MAXIMUM,
+                MAXIMUM_QOS,
+                RETAIN_AVAILABLE,
+                USER_PROPERTY,
+                MAXIMUM_PACKET_SIZE,
+                WILDCARD_SUBSCRIPTION_AVAILABLE,
+                SUBSCRIPTION_IDENTIFIER_AVAILABLE,
+                SHARED_SUBSCRIPTION_AVAILABLE,
+            ]),
+            PubAck | PubRec | PubRel | PubComp | SubAck | UnsubAck => ACK,
+            Subscribe => mask(&[SUBSCRIPTION_IDENTIFIER, USER_PROPERTY]),
+            Unsubscribe => mask(&[USER_PROPERTY]),
+            Disconnect => mask(&[
+                SESSION_EXPIRY_INTERVAL,
+                SERVER_REFERENCE,
+                REASON_STRING,
+                USER_PROPERTY,
+            ]),
+            Auth => mask(&[
+                AUTHENTICATION_METHOD,
+                AUTHENTICATION_DATA,
+                REASON_STRING,
+                USER_PROPERTY,
+            ]),
+        }
+    }
+
+    /// Whether a property may appear more than once here (§2.2.2.2: User Property always,
+    /// Subscription Identifier in PUBLISH only, MQTT-3.8.2-… for SUBSCRIBE).
+    fn repeatable(self, id: u8) -> bool {
+        id == USER_PROPERTY || (id == SUBSCRIPTION_IDENTIFIER && self == PropertyContext::Publish)
+    }
+}
+
+/// MQTT 5 §3.1.2.11.10: "It is a Protocol Error to include Authentication Data if there is
+/// no Authentication Method" (the error names the context this way).
+const AUTH_DATA_WITHOUT_METHOD: &str = "CONNECT without an authentication method";
+
+/// Every MQTT 5 property. Absent properties are `None` or empty; the packet's context decides
+/// which may be set.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Properties {
+    /// 0x01: `Some(true)` when the payload is UTF-8 (indicator 1).
+    pub payload_format_indicator: Option<bool>,
+    /// 0x02, seconds.
+    pub message_expiry_interval: Option<u32>,
+    /// 0x03.
+    pub content_type: Option<MqttStr>,
+    /// 0x08.
+    pub response_topic: Option<MqttStr>,
+    /// 0x09.
+    pub correlation_data: Option<Bytes>,
+    /// 0x0B: one in SUBSCRIBE, any number in PUBLISH; 1 to 268,435,455.
+    pub subscription_identifiers: Vec<u32>,
+    /// 0x11, seconds.
+    pub session_expiry_interval: Option<u32>,
+    /// 0x12.
+    pub assigned_client_identifier: Option<MqttStr>,
+    /// 0x13, seconds.
+    pub server_keep_alive: Option<u16>,
+    /// 0x15.
+    pub authentication_method: Option<MqttStr>,
+    /// 0x16 (redacted in `Debug`).
+    pub authentication_data: Option<Bytes>,
+    /// 0x17.
+    pub request_problem_information: Option<bool>,
+    /// 0x18, seconds.
+    pub will_delay_interval: Option<u32>,
+    /// 0x19.
+    pub request_response_information: Option<bool>,
+    /// 0x1A.
+    pub response_information: Option<MqttStr>,
+    /// 0x1C.
+    pub server_reference: Option<MqttStr>,
+    /// 0x1F.
+    pub reason_string: Option<MqttStr>,
+    /// 0x21 (0 is a protocol error, so the type excludes it).
+    pub receive_maximum: Option<NonZeroU16>,
+    /// 0x22.
+    pub topic_alias_maximum: Option<u16>,
+    /// 0x23 (0 is a protocol error).
+    pub topic_alias: Option<NonZeroU16>,
+    /// 0x24: only QoS 0 or 1 may be sent.
+    pub maximum_qos: Option<QoS>,
+    /// 0x25.
+    pub retain_available: Option<bool>,
+    /// 0x26, in order.
+    pub user_properties: Vec<(MqttStr, MqttStr)>,
+    /// 0x27 (0 is a protocol error).
+    pub maximum_packet_size: Option<NonZeroU32>,
+    /// 0x28.
+    pub wildcard_subscription_available: Option<bool>,
+    /// 0x29.
+    pub subscription_identifier_available: Option<bool>,
+    /// 0x2A.
+    pub shared_subscription_available: Option<bool>,
+}
+
+fn bool_prop(r: &mut Reader<'_>, id: u8) -> Result<bool, DecodeError> {
+    match r.u8("property value")? {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(DecodeError::InvalidPropertyValue {
+            id,
+            value: u32::from(v),
+        }),
+    }
+}
+
+impl Properties {
+    /// True when no property is set.
+    pub fn is_empty(&self) -> bool {
+        self.present() == 0
+    }
+
+    /// A bit per property identifier that is set.
+    pub fn present(&self) -> u64 {
+        let mut m = 0u64;
+        let mut set = |cond: bool, id: u8| {
+            if cond {
+                m |= 1 << id;
+            }
+        };
+        set(
+            self.payload_format_indicator.is_some(),
+            PAYLOAD_FORMAT_INDICATOR,
+        );
+        set(
+            self.message_expiry_interval.is_some(),
+            MESSAGE_EXPIRY_INTERVAL,
+        );
+        set(self.content_type.is_some(), CONTENT_TYPE);
+        set(self.response_topic.is_some(), RESPONSE_TOPIC);
+        set(self.correlation_data.is_some(), CORRELATION_DATA);
+        set(
+            !self.subscription_identifiers.is_empty(),
+            SUBSCRIPTION_IDENTIFIER,
+        );
+        set(
+            self.session_expiry_interval.is_some(),
+            SESSION_EXPIRY_INTERVAL,
+        );
+        set(
+            self.assigned_client_identifier.is_some(),
+            ASSIGNED_CLIENT_IDENTIFIER,
+        );
+        set(self.server_keep_alive.is_some(), SERVER_KEEP_ALIVE);
+        set(self.authentication_method.is_some(), AUTHENTICATION_METHOD);
+        set(self.authentication_data.is_some(), AUTHENTICATION_DATA);
+        set(
+            self.request_problem_information.is_some(),
+            REQUEST_PROBLEM_INFORMATION,
+        );
+        set(self.will_delay_interval.is_some(), WILL_DELAY_INTERVAL);
+        set(
+            self.request_response_information.is_some(),
+            REQUEST_RESPONSE_INFORMATION,
+        );
+        set(self.response_information.is_some(), RESPONSE_INFORMATION);
+        set(self.server_reference.is_some(), SERVER_REFERENCE);
+        set(self.reason_string.is_some(), REASON_STRING);
+        set(self.receive_maximum.is_some(), RECEIVE_MAXIMUM);
+        set(self.topic_alias_maximum.is_some(), TOPIC_ALIAS_MAXIMUM);
+        set(self.topic_alias.is_some(), TOPIC_ALIAS);
+        set(self.maximum_qos.is_some(), MAXIMUM_QOS);
+        set(self.retain_available.is_some(), RETAIN_AVAILABLE);
+        set(!self.user_properties.is_empty(), USER_PROPERTY);
+        set(self.maximum_packet_size.is_some(), MAXIMUM_PACKET_SIZE);
+        set(
+            self.wildcard_subscription_available.is_some(),
+            WILDCARD_SUBSCRIPTION_AVAILABLE,
+        );
+        set(
+            self.subscription_identifier_available.is_some(),
+            SUBSCRIPTION_IDENTIFIER_AVAILABLE,
+        );
+        set(
+            self.shared_subscription_available.is_some(),
+            SHARED_SUBSCRIPTION_AVAILABLE,
+        );
+        m
+    }
+
+    /// Reads a property block (its length, then the properties) for `ctx`.
+    pub(crate) fn decode(r: &mut Reader<'_>, ctx: PropertyContext) -> Result<Self, DecodeError> {
+        let len = r.varint("property length")? as usize;
+        let mut p = Properties::default();
+        if len == 0 {
+            return Ok(p);
+        }
+        let mut r = r.sub(len)?;
+        let allowed = ctx.allowed();
+        let mut seen = 0u64;
+        while r.remaining() > 0 {
+            let raw = r.varint("property identifier")?;
+            if raw >= 64 || DEFINED & (1u64 << raw) == 0 {
+                return Err(DecodeError::UnknownProperty(raw));
+            }
+            let pid = raw as u8;
+            let bit = 1u64 << pid;
+            if allowed & bit == 0 {
+                return Err(DecodeError::PropertyNotAllowed {
+                    id: pid,
+                    context: ctx.name(),
+                });
+            }
+            if seen & bit != 0 && !ctx.repeatable(pid) {
+                return Err(DecodeError::DuplicateProperty { id: pid });
+            }
+            seen |= bit;
+            match pid {
+                PAYLOAD_FORMAT_INDICATOR => {
+                    p.payload_format_indicator = Some(bool_prop(&mut r, pid)?)
+                }
+                MESSAGE_EXPIRY_INTERVAL => {
+                    p.message_expiry_interval = Some(r.u32("message expiry interval")?)
+                }
+                CONTENT_TYPE => p.content_type = Some(r.string("content type")?),
+                RESPONSE_TOPIC => {
+                    let t = r.string("response topic")?;
+                    crate::topic::check_topic_name(t.as_bytes())
+                        .map_err(|reason| DecodeError::InvalidTopicName { reason })?;
+                    p.response_topic = Some(t);
+                }
+                CORRELATION_DATA => p.correlation_data = Some(r.binary("correlation data")?),
+                SUBSCRIPTION_IDENTIFIER => {
+                    let v = r.varint("subscription identifier")?;
+                    if v == 0 {
+                        return Err(DecodeError::InvalidPropertyValue { id: pid, value: 0 });
+                    }
+                    p.subscription_identifiers.push(v);
+                }
+                SESSION_EXPIRY_INTERVAL => {
+                    p.session_expiry_interval = Some(r.u32("session expiry interval")?)
+                }
+                ASSIGNED_CLIENT_IDENTIFIER => {
+                    p.assigned_client_identifier = Some(r.string("assigned client identifier")?)
+                }
+                SERVER_KEEP_ALIVE => p.server_keep_alive = Some(r.u16("server keep alive")?),
+                AUTHENTICATION_METHOD => {
+                    p.authentication_method = Some(r.string("authentication method")?)
+                }
+                AUTHENTICATION_DATA => {
+                    p.authentication_data = Some(r.binary("authentication data")?)
+                }
+                REQUEST_PROBLEM_INFORMATION => {
+                    p.request_problem_information = Some(bool_prop(&mut r, pid)?)
+                }
+                WILL_DELAY_INTERVAL => p.will_delay_interval = Some(r.u32("will delay interval")?),
+                REQUEST_RESPONSE_INFORMATION => {
+                    p.request_response_information = Some(bool_prop(&mut r, pid)?)
+                }
+                RESPONSE_INFORMATION => {
+                    p.response_information = Some(r.string("response information")?)
+                }
+                SERVER_REFERENCE => p.server_reference = Some(r.string("server reference")?),
+                REASON_STRING => p.reason_string = Some(r.string("reason string")?),
+                RECEIVE_MAXIMUM => {
+                    let v = r.u16("receive maximum")?;
+                    p.receive_maximum = Some(
+                        NonZeroU16::new(v)
+                            .ok_or(DecodeError::InvalidPropertyValue { id: pid, value: 0 })?,
+                    );
+                }
+                TOPIC_ALIAS_MAXIMUM => p.topic_alias_maximum = Some(r.u16("topic alias maximum")?),
+                TOPIC_ALIAS => {
+                    let v = r.u16("topic alias")?;
+                    p.topic_alias = Some(
+                        NonZeroU16::new(v)
+                            .ok_or(DecodeError::InvalidPropertyValue { id: pid, value: 0 })?,
+                    );
+                }
+                MAXIMUM_QOS => {
+                    p.maximum_qos = Some(match r.u8("maximum qos")? {
+                        0 => QoS::AtMostOnce,
+                        1 => QoS::AtLeastOnce,
+                        v => {
+                            return Err(DecodeError::InvalidPropertyValue {
+                                id: pid,
+                                value: u32::from(v),
+                            });
+                        }
+                    })
+                }
+                RETAIN_AVAILABLE => p.retain_available = Some(bool_prop(&mut r, pid)?),
+                USER_PROPERTY => {
+                    let k = r.string("user property name")?;
+                    let v = r.string("user property value")?;
+                    p.user_properties.push((k, v));
+                }
+                MAXIMUM_PACKET_SIZE => {
+                    let v = r.u32("maximum packet size")?;
+                    p.maximum_packet_size = Some(
+                        NonZeroU32::new(v)
+                            .ok_or(DecodeError::InvalidPropertyValue { id: pid, value: 0 })?,
+                    );
+                }
+                WILDCARD_SUBSCRIPTION_AVAILABLE => {
+                    p.wildcard_subscription_available = Some(bool_prop(&mut r, pid)?)
+                }
+                SUBSCRIPTION_IDENTIFIER_AVAILABLE => {
+                    p.subscription_identifier_available = Some(bool_prop(&mut r, pid)?)
+                }
+                SHARED_SUBSCRIPTION_AVAILABLE => {
+                    p.shared_subscription_available = Some(bool_prop(&mut r, pid)?)
+                }
+                _ => return Err(DecodeError::UnknownProperty(raw)),
+            }
+        }
+        if ctx == PropertyContext::Connect
+            && p.authentication_data.is_some()
+            && p.authentication_method.is_none()
+        {
+            return Err(DecodeError::PropertyNotAllowed {
+                id: AUTHENTICATION_DATA,
+                context: AUTH_DATA_WITHOUT_METHOD,
+            });
+        }
+        Ok(p)
+    }
+
+    /// Checks that every property is allowed in `ctx` and has a valid value; returns the
+    /// length of the property block's content (without its own length prefix).
+    /// `alias` replaces `topic_alias` (the session assigns aliases per connection).
+    pub(crate) fn check(
+        &self,
+        ctx: PropertyContext,
+        alias: Option<Option<NonZeroU16>>,
+    ) -> Result<usize, EncodeError> {
+        let mut present = self.present();
+        if let Some(a) = alias {
+            present &= !(1u64 << TOPIC_ALIAS);
+            if a.is_some() {
+                present |= 1u64 << TOPIC_ALIAS;
+            }
+        }
+        if present == 0 {
+            return Ok(0);
+        }
+        let bad = present & !ctx.allowed();
+        if bad != 0 {
+            return Err(EncodeError::PropertyNotAllowed {
+                id: bad.trailing_zeros() as u8,
+                context: ctx.name(),
+            });
+        }
+        if ctx == PropertyContext::Connect
+            && self.authentication_data.is_some()
+            && self.authentication_method.is_none()
+        {
+            return Err(EncodeError::PropertyNotAllowed {
+                id: AUTHENTICATION_DATA,
+                context: AUTH_DATA_WITHOUT_METHOD,
+            });
+        }
+        let mut n = 0usize;
+        // `MqttStr` holds at most 65,535 bytes by construction: no length check needed.
+        for s in [
+            &self.content_type,
+            &self.response_topic,
+            &self.assigned_client_identifier,
+            &self.authentication_method,
+            &self.response_information,
+            &self.server_reference,
+            &self.reason_string,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            n += 1 + field_len(s.len());
+        }
+        for (v, field) in [
+            (&self.correlation_data, "correlation data"),
+            (&self.authentication_data, "authentication data"),
+        ] {
+            if let Some(b) = v {
+                check_field(b.len(), field)?;
+                n += 1 + field_len(b.len());
+            }
+        }
+        if let Some(t) = &self.response_topic {
+            crate::topic::check_topic_name(t.as_bytes())
+                .map_err(|reason| EncodeError::InvalidTopicName { reason })?;
+        }
+        let byte_props = [
+            self.payload_format_indicator.is_some(),
+            self.request_problem_information.is_some(),
+            self.request_response_information.is_some(),
+            self.maximum_qos.is_some(),
+            self.retain_available.is_some(),
+            self.wildcard_subscription_available.is_some(),
+            self.subscription_identifier_available.is_some(),
+            self.shared_subscription_available.is_some(),
+        ];
+        n += 2 * byte_props.iter().filter(|&&b| b).count();
+        if self.maximum_qos == Some(QoS::ExactlyOnce) {
+            return Err(EncodeError::InvalidPropertyValue {
+                id: MAXIMUM_QOS,
+                value: 2,
+            });
+        }
+        let u16_props = [
+            self.server_keep_alive.is_some(),
+            self.receive_maximum.is_some(),
+            self.topic_alias_maximum.is_some(),
+            match alias {
+                Some(a) => a.is_some(),
+                None => self.topic_alias.is_some(),
+            },
+        ];
+        n += 3 * u16_props.iter().filter(|&&b| b).count();
+        let u32_props = [
+            self.message_expiry_interval.is_some(),
+            self.session_expiry_interval.is_some(),
+            self.will_delay_interval.is_some(),
+            self.maximum_packet_size.is_some(),
+        ];
+        n += 5 * u32_props.iter().filter(|&&b| b).count();
+        if ctx == PropertyContext::Subscribe && self.subscription_identifiers.len() > 1 {
+            return Err(EncodeError::InvalidPropertyValue {
+                id: SUBSCRIPTION_IDENTIFIER,
+                value: self.subscription_identifiers.len() as u32,
+            });
+        }
+        for &s in &self.subscription_identifiers {
+            if s == 0 || s > varint::MAX {
+                return Err(EncodeError::InvalidPropertyValue {
+                    id: SUBSCRIPTION_IDENTIFIER,
+                    value: s,
+                });
+            }
+            n += 1 + varint::len(s);
+        }
+        for (k, v) in &self.user_properties {
+            n += 1 + field_len(k.len()) + field_len(v.len());
+        }
+        Ok(n)
+    }
+
+    /// Writes the property block: `len` (from [`Properties::check`]) and the properties.
+    pub(crate) fn put(&self, buf: &mut BytesMut, len: usize, alias: Option<Option<NonZeroU16>>) {
+        varint::put(buf, len as u32);
+        if len == 0 {
+            return;
+        }
+        let put_str = |buf: &mut BytesMut, pid: u8, v: &Option<MqttStr>| {
+            if let Some(s) = v {
+                buf.put_u8(pid);
+                put_binary(buf, s.as_bytes());
+            }
+        };
+        let put_bool = |buf: &mut BytesMut, pid: u8, v: Option<bool>| {
+            if let Some(b) = v {
+                buf.put_u8(pid);
+                buf.put_u8(u8::from(b));
+            }
+        };
+        let put_u32 = |buf: &mut BytesMut, pid: u8, v: Option<u32>| {
+            if let Some(x) = v {
+                buf.put_u8(pid);
+                buf.put_u32(x);
+            }
+        };
+        let put_u16 = |buf: &mut BytesMut, pid: u8, v: Option<u16>| {
+            if let Some(x) = v {
+                buf.put_u8(pid);
+                buf.put_u16(x);
+            }
+        };
+        put_bool(buf, PAYLOAD_FORMAT_INDICATOR, self.payload_format_indicator);
+        put_u32(buf, MESSAGE_EXPIRY_INTERVAL, self.message_expiry_interval);
+        put_str(buf, CONTENT_TYPE, &self.content_type);
+        put_str(buf, RESPONSE_TOPIC, &self.response_topic);
+        if let Some(b) = &self.correlation_data {
+            buf.put_u8(CORRELATION_DATA);
+            put_binary(buf, b);
+        }
+        for &s in &self.subscription_identifiers {
+            buf.put_u8(SUBSCRIPTION_IDENTIFIER);
+            varint::put(buf, s);
+        }
+        put_u32(buf, SESSION_EXPIRY_INTERVAL, self.session_expiry_interval);
+        put_str(
+            buf,
+            ASSIGNED_CLIENT_IDENTIFIER,
+            &self.assigned_client_identifier,
+        );
+        put_u16(buf, SERVER_KEEP_ALIVE, self.server_keep_alive);
+        put_str(buf, AUTHENTICATION_METHOD, &self.authentication_method);
+        if let Some(b) = &self.authentication_data {
+            buf.put_u8(AUTHENTICATION_DATA);
+            put_binary(buf, b);
+        }
+        put_bool(
+            buf,
+            REQUEST_PROBLEM_INFORMATION,
+            self.request_problem_information,
+        );
+        put_u32(buf, WILL_DELAY_INTERVAL, self.will_delay_interval);
+        put_bool(
+            buf,
+            REQUEST_RESPONSE_INFORMATION,
+            self.request_response_information,
+        );
+        put_str(buf, RESPONSE_INFORMATION, &self.response_information);
+        put_str(buf, SERVER_REFERENCE, &self.server_reference);
+        put_str(buf, REASON_STRING, &self.reason_string);
+        put_u16(
+            buf,
+            RECEIVE_MAXIMUM,
+            self.receive_maximum.map(NonZeroU16::get),
+        );
+        put_u16(buf, TOPIC_ALIAS_MAXIMUM, self.topic_alias_maximum);
+        let alias = match alias {
+            Some(a) => a,
+            None => self.topic_alias,
+        };
+        put_u16(buf, TOPIC_ALIAS, alias.map(NonZeroU16::get));
+        if let Some(q) = self.maximum_qos {
+            buf.put_u8(MAXIMUM_QOS);
+            buf.put_u8(q as u8);
+        }
+        put_bool(buf, RETAIN_AVAILABLE, self.retain_available);
+        for (k, v) in &self.user_properties {
+            buf.put_u8(USER_PROPERTY);
+            put_binary(buf, k.as_bytes());
+            put_binary(buf, v.as_bytes());
+        }
+        put_u32(
+            buf,
+            MAXIMUM_PACKET_SIZE,
+            self.maximum_packet_size.map(NonZeroU32::get),
+        );
+        put_bool(
+            buf,
+            WILDCARD_SUBSCRIPTION_AVAILABLE,
+            self.wildcard_subscription_available,
+        );
+        put_bool(
+            buf,
+            SUBSCRIPTION_IDENTIFIER_AVAILABLE,
+            self.subscription_identifier_available,
+        );
+        put_bool(
+            buf,
+            SHARED_SUBSCRIPTION_AVAILABLE,
+            self.shared_subscription_available,
+        );
+    }
+}
+
+impl fmt::Debug for Properties {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Properties");
+        macro_rules! field {
+            ($name:ident) => {
+                if let Some(v) = &self.$name {
+                    d.field(stringify!($name), v);
+                }
+            };
+        }
+        field!(payload_format_indicator);
+        field!(message_expiry_interval);
+        field!(content_type);
+        field!(response_topic);
+        if let Some(b) = &self.correlation_data {
+            d.field("correlation_data", &format_args!("<{} bytes>", b.len()));
+        }
+        if !self.subscription_identifiers.is_empty() {
+            d.field("subscription_identifiers", &self.subscription_identifiers);
+        }
+        field!(session_expiry_interval);
+        field!(assigned_client_identifier);
+        field!(server_keep_alive);
+        field!(authentication_method);
+        if self.authentication_data.is_some() {
+            d.field("authentication_data", &format_args!("<redacted>"));
+        }
+        field!(request_problem_information);
+        field!(will_delay_interval);
+        field!(request_response_information);
+        field!(response_information);
+        field!(server_reference);
+        field!(reason_string);
+        field!(receive_maximum);
+        field!(topic_alias_maximum);
+        field!(topic_alias);
+        field!(maximum_qos);
+        field!(retain_available);
+        if !self.user_properties.is_empty() {
+            d.field("user_properties", &self.user_properties);
+        }
+        field!(maximum_packet_size);
+        field!(wildcard_subscription_available);
+        field!(subscription_identifier_available);
+        field!(shared_subscription_available);
+        d.finish()
+    }
+}

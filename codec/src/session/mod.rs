@@ -1,0 +1,819 @@
+//! The client session of one MQTT connection, sans-IO.
+//!
+//! The caller owns the socket and the clock. The call order is:
+//!
+//! 1. [`Session::connect`] queues CONNECT into an [`Outbound`]; the caller writes it.
+//! 2. Every decoded packet goes to [`Session::handle`], which may queue replies (PUBREL,
+//!    PUBACK, retransmissions) and returns at most one [`Event`]: connected, a message's flow
+//!    completed (with the caller's token and the broker's reason code), a broker DISCONNECT …
+//! 3. [`Session::publish`] takes a message and a token (e.g. the source offset), gives it a
+//!    packet id from the window and queues it; when the window is full it hands the message
+//!    back.
+//! 4. [`Session::poll_timeout`] says when [`Session::handle_timeout`] must next be called
+//!    (keep-alive).
+//! 5. When the connection is lost, [`Session::connection_lost`]; then `connect` again. What
+//!    was not confirmed is re-sent after the CONNACK: PUBLISH with DUP and PUBREL when the
+//!    broker kept the session, the PUBLISH as new when it did not.
+//!
+//! The window is `min(configured in-flight, broker Receive Maximum)`; an id is reused only
+//! after its flow completed.
+
+mod alias;
+mod window;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::num::NonZeroU16;
+use std::time::{Duration, Instant};
+
+use crate::error::EncodeError;
+use crate::outbound::Outbound;
+use crate::packet::{
+    Ack, Auth, ConnAck, Connect, DecodeOptions, Disconnect, EncodeOptions, MAX_PACKET_SIZE, Packet,
+    PacketType, Publish, SubAck, UnsubAck,
+};
+use crate::reason::ReasonCode;
+use crate::string::MqttStr;
+use crate::types::{PacketId, Protocol, QoS};
+
+use self::alias::{AliasUse, Aliases};
+use self::window::{Stage, Window};
+use crate::packet::TopicOut;
+
+/// What the session is configured with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionConfig {
+    pub protocol: Protocol,
+    /// The most QoS 1/2 messages in flight; the broker's Receive Maximum may lower it.
+    pub max_inflight: u16,
+    /// The most topic aliases this client uses (MQTT 5); the broker's Topic Alias Maximum
+    /// may lower it. 0 turns aliases off.
+    pub topic_alias_maximum: u16,
+    /// The largest packet this client accepts (sent in CONNECT by the caller on MQTT 5).
+    pub max_packet_size: u32,
+}
+
+impl SessionConfig {
+    pub fn new(protocol: Protocol, max_inflight: u16) -> Self {
+        SessionConfig {
+            protocol,
+            max_inflight: max_inflight.max(1),
+            topic_alias_maximum: 0,
+            max_packet_size: MAX_PACKET_SIZE,
+        }
+    }
+}
+
+/// The connection state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Disconnected,
+    /// CONNECT sent, CONNACK not received.
+    Connecting,
+    Connected,
+}
+
+/// The end of a QoS 1/2 message's flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion<T> {
+    pub token: T,
+    pub packet_id: PacketId,
+    pub qos: QoS,
+    /// The broker's reason code from PUBACK, PUBREC (when it refused) or PUBCOMP. On MQTT
+    /// 3.1.1 always success. A code of 0x80 or more means the broker did not accept it.
+    pub reason: ReasonCode,
+    pub reason_string: Option<MqttStr>,
+}
+
+impl<T> Completion<T> {
+    /// Whether the broker accepted the message.
+    pub fn is_success(&self) -> bool {
+        !self.reason.is_error()
+    }
+}
+
+/// What a packet from the broker meant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event<T> {
+    /// The broker accepted the connection; `resent` messages were queued again.
+    Connected {
+        session_present: bool,
+        resent: usize,
+    },
+    /// A QoS 1/2 message's flow ended.
+    Completed(Completion<T>),
+    /// A message from the broker (acknowledgements were queued).
+    Message(Publish),
+    /// The broker closed the connection (MQTT 5); the session is now disconnected.
+    Disconnected(Disconnect),
+    /// An enhanced-authentication step for the caller.
+    Auth(Auth),
+    /// Answers to subscriptions the caller made with its own packets.
+    SubAck(SubAck),
+    UnsubAck(UnsubAck),
+}
+
+/// How a message went out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sent<T> {
+    /// QoS 0: queued, and done once written; the token is handed back.
+    AtMostOnce(T),
+    /// QoS 1/2: tracked under this packet id until its [`Completion`].
+    Tracked(PacketId),
+}
+
+/// Why a message could not be queued; the message and token are handed back.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PublishError<T> {
+    pub kind: PublishErrorKind,
+    pub publish: Publish,
+    pub token: T,
+}
+
+impl<T> fmt::Debug for PublishError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PublishError")
+            .field("kind", &self.kind)
+            .field("publish", &self.publish)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> fmt::Display for PublishError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot publish to {:?}: {}",
+            self.publish.topic, self.kind
+        )
+    }
+}
+
+impl<T> std::error::Error for PublishError<T> {}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishErrorKind {
+    /// Not connected (or CONNACK not received yet): try again once connected.
+    NotConnected,
+    /// The window is full, or re-sends are still waiting: try again after a completion.
+    WindowFull,
+    /// The broker's Maximum QoS is lower than the message's (MQTT 5 CONNACK).
+    QosNotSupported { maximum: QoS },
+    /// The broker does not support retained messages (MQTT 5 CONNACK).
+    RetainNotSupported,
+    /// The message cannot be encoded (too large for the broker, a bad topic …).
+    Encode(EncodeError),
+}
+
+impl fmt::Display for PublishErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PublishErrorKind::NotConnected => f.write_str("not connected"),
+            PublishErrorKind::WindowFull => f.write_str("in-flight window full"),
+            PublishErrorKind::QosNotSupported { maximum } => {
+                write!(f, "the broker's Maximum QoS is {}", *maximum as u8)
+            }
+            PublishErrorKind::RetainNotSupported => {
+                f.write_str("the broker does not support retained messages")
+            }
+            PublishErrorKind::Encode(e) => e.fmt(f),
+        }
+    }
+}
+
+impl PublishErrorKind {
+    /// True when the message itself can never be sent on this connection (the sink's error
+    /// policy decides), false when it only has to wait.
+    pub fn is_permanent(&self) -> bool {
+        !matches!(
+            self,
+            PublishErrorKind::NotConnected | PublishErrorKind::WindowFull
+        )
+    }
+}
+
+/// Errors that end the connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// CONNACK with a failure code.
+    ConnectionRefused {
+        protocol: Protocol,
+        code: ReasonCode,
+        reason_string: Option<MqttStr>,
+    },
+    /// A packet that the broker may not send in this state.
+    UnexpectedPacket { packet: PacketType, state: State },
+    /// An acknowledgement for a packet id that is not waiting for it.
+    UnknownPacketId {
+        packet: PacketType,
+        packet_id: PacketId,
+    },
+    /// No PINGRESP within the keep-alive interval.
+    KeepAliveTimeout,
+    /// The broker broke a rule of the protocol.
+    ProtocolViolation(&'static str),
+    /// A control packet could not be encoded (the broker's Maximum Packet Size is too small).
+    Encode(EncodeError),
+    /// `connect` called while connected or connecting.
+    AlreadyConnected,
+}
+
+impl fmt::Display for SessionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SessionError::ConnectionRefused {
+                protocol,
+                code,
+                reason_string,
+            } => {
+                let name = match protocol {
+                    Protocol::V311 => code.v311_connack_name(),
+                    Protocol::V5 => code.name(),
+                };
+                write!(f, "broker refused the connection: {name} ({:#04x})", code.0)?;
+                if let Some(r) = reason_string {
+                    write!(f, ": {r}")?;
+                }
+                Ok(())
+            }
+            SessionError::UnexpectedPacket { packet, state } => {
+                write!(f, "protocol violation: unexpected {packet} while {state:?}")
+            }
+            SessionError::UnknownPacketId { packet, packet_id } => write!(
+                f,
+                "protocol violation: {packet} for packet id {packet_id} that is not in flight"
+            ),
+            SessionError::KeepAliveTimeout => f.write_str("no PINGRESP within the keep-alive"),
+            SessionError::ProtocolViolation(what) => write!(f, "protocol violation: {what}"),
+            SessionError::Encode(e) => write!(f, "cannot encode a control packet: {e}"),
+            SessionError::AlreadyConnected => f.write_str("connect called while connected"),
+        }
+    }
+}
+
+impl std::error::Error for SessionError {}
+
+/// The client side of one MQTT connection (see the module documentation for the call order).
+/// `T` is the caller's token carried from [`Session::publish`] to its [`Completion`].
+pub struct Session<T> {
+    cfg: SessionConfig,
+    state: State,
+    window: Window<T>,
+    /// `min(configured, broker Receive Maximum)` on the current connection.
+    limit: usize,
+    /// Messages sent on the current connection and not completed.
+    on_wire: usize,
+    /// Messages to send again on the current connection, in original order.
+    resend: VecDeque<PacketId>,
+    aliases: Aliases,
+    encode: EncodeOptions,
+    maximum_qos: QoS,
+    retain_available: bool,
+    keep_alive: Option<Duration>,
+    last_sent: Option<Instant>,
+    ping_sent: Option<Instant>,
+    /// QoS 2 messages from the broker waiting for its PUBREL (bit per packet id).
+    inbound_qos2: Vec<u64>,
+}
+
+impl<T> fmt::Debug for Session<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("state", &self.state)
+            .field("in_flight", &self.window.len())
+            .field("on_wire", &self.on_wire)
+            .field("limit", &self.limit)
+            .field("resend", &self.resend.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Session<T> {
+    pub fn new(cfg: SessionConfig) -> Self {
+        let window = Window::new(cfg.max_inflight);
+        Session {
+            limit: window.capacity(),
+            resend: VecDeque::with_capacity(window.capacity()),
+            window,
+            cfg,
+            state: State::Disconnected,
+            on_wire: 0,
+            aliases: Aliases::new(),
+            encode: EncodeOptions::new(cfg.protocol),
+            maximum_qos: QoS::ExactlyOnce,
+            retain_available: true,
+            keep_alive: None,
+            last_sent: None,
+            ping_sent: None,
+            inbound_qos2: vec![0; 1024],
+        }
+    }
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    pub fn protocol(&self) -> Protocol {
+        self.cfg.protocol
+    }
+
+    /// Options for decoding what the broker sends.
+    pub fn decode_options(&self) -> DecodeOptions {
+        DecodeOptions {
+            protocol: self.cfg.protocol,
+            max_packet_size: self.cfg.max_packet_size,
+        }
+    }
+
+    /// Options for encoding to the broker (its Maximum Packet Size once known).
+    pub fn encode_options(&self) -> EncodeOptions {
+        self.encode
+    }
+
+    /// QoS 1/2 messages not yet completed (on the wire or waiting to be re-sent).
+    pub fn in_flight(&self) -> usize {
+        self.window.len()
+    }
+
+    /// The current window: `min(configured, broker Receive Maximum)`.
+    pub fn window_limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Whether [`Session::publish`] would accept a QoS 1/2 message now.
+    pub fn can_publish(&self) -> bool {
+        self.state == State::Connected
+            && self.resend.is_empty()
+            && self.on_wire < self.limit
+            && self.window.has_free()
+    }
+
+    /// Queues CONNECT. The session takes the keep-alive from it.
+    pub fn connect(
+        &mut self,
+        connect: &Connect,
+        out: &mut Outbound,
+        now: Instant,
+    ) -> Result<(), SessionError> {
+        if self.state != State::Disconnected {
+            return Err(SessionError::AlreadyConnected);
+        }
+        let opts = EncodeOptions::new(self.cfg.protocol);
+        connect
+            .write(out.buf(), &opts)
+            .map_err(SessionError::Encode)?;
+        self.state = State::Connecting;
+        self.keep_alive =
+            (connect.keep_alive > 0).then(|| Duration::from_secs(u64::from(connect.keep_alive)));
+        self.last_sent = Some(now);
+        self.ping_sent = None;
+        Ok(())
+    }
+
+    /// The network connection is gone: what was not confirmed will be re-sent after the next
+    /// CONNACK. The caller should also clear its [`Outbound`].
+    pub fn connection_lost(&mut self) {
+        self.state = State::Disconnected;
+        self.on_wire = 0;
+        self.resend.clear();
+        for e in self.window.entries_mut() {
+            e.on_wire = false;
+        }
+        self.aliases.reset(0);
+        self.ping_sent = None;
+        self.last_sent = None;
+        self.inbound_qos2.iter_mut().for_each(|w| *w = 0);
+    }
+
+    // The error hands the message back by value: boxing it would allocate on the window-full
+    // path, which is the normal back-pressure path of a busy sink.
+    #[allow(clippy::result_large_err)]
+    /// Queues a message. QoS 0 goes out at once and its token comes back in
+    /// [`Sent::AtMostOnce`]; QoS 1/2 takes a packet id (`publish.packet_id` and `dup` are
+    /// set by the session). A message that cannot go now comes back in the error.
+    pub fn publish(
+        &mut self,
+        mut publish: Publish,
+        token: T,
+        out: &mut Outbound,
+        now: Instant,
+    ) -> Result<Sent<T>, PublishError<T>> {
+        let fail = |kind, publish, token| {
+            Err(PublishError {
+                kind,
+                publish,
+                token,
+            })
+        };
+        if self.state != State::Connected {
+            return fail(PublishErrorKind::NotConnected, publish, token);
+        }
+        if publish.qos > self.maximum_qos {
+            return fail(
+                PublishErrorKind::QosNotSupported {
+                    maximum: self.maximum_qos,
+                },
+                publish,
+                token,
+            );
+        }
+        if publish.retain && !self.retain_available {
+            return fail(PublishErrorKind::RetainNotSupported, publish, token);
+        }
+        publish.dup = false;
+        if publish.qos == QoS::AtMostOnce {
+            publish.packet_id = None;
+            return match self.send_publish(&publish, None, false, out) {
+                Ok(()) => {
+                    self.last_sent = Some(now);
+                    Ok(Sent::AtMostOnce(token))
+                }
+                Err(e) => fail(PublishErrorKind::Encode(e), publish, token),
+            };
+        }
+        if !self.can_publish() {
+            return fail(PublishErrorKind::WindowFull, publish, token);
+        }
+        let Some(id) = self.window.next_id() else {
+            return fail(PublishErrorKind::WindowFull, publish, token);
+        };
+        // Encode first, store after: a message that cannot be encoded never takes an id.
+        if let Err(e) = self.send_publish(&publish, Some(id), false, out) {
+            return fail(PublishErrorKind::Encode(e), publish, token);
+        }
+        match self.window.insert(publish, token) {
+            Ok(id) => {
+                self.on_wire += 1;
+                self.last_sent = Some(now);
+                Ok(Sent::Tracked(id))
+            }
+            Err((publish, token)) => fail(PublishErrorKind::WindowFull, publish, token),
+        }
+    }
+
+    /// Encodes the PUBLISH (or PUBREL) of a held message and counts it on the wire.
+    fn transmit(&mut self, id: PacketId, dup: bool, out: &mut Outbound) -> Result<(), EncodeError> {
+        let Some(entry) = self.window.get(id) else {
+            return Ok(());
+        };
+        if entry.stage == Stage::AwaitComp {
+            let opts = self.encode;
+            Packet::PubRel(Ack::new(id)).encode(out.buf(), &opts)?;
+        } else {
+            // Borrow juggling: the publish lives in the window while aliases change.
+            let publish = entry.publish.clone();
+            self.send_publish(&publish, Some(id), dup, out)?;
+        }
+        if let Some(e) = self.window.get_mut(id) {
+            e.on_wire = true;
+        }
+        self.on_wire += 1;
+        Ok(())
+    }
+
+    fn send_publish(
+        &mut self,
+        publish: &Publish,
+        id: Option<PacketId>,
+        dup: bool,
+        out: &mut Outbound,
+    ) -> Result<(), EncodeError> {
+        let alias = if self.cfg.protocol == Protocol::V5 && publish.properties.topic_alias.is_none()
+        {
+            self.aliases.lookup(publish.topic.bytes())
+        } else {
+            AliasUse::None
+        };
+        let topic_out = match alias {
+            AliasUse::None => TopicOut::Plain,
+            AliasUse::Assign(a) => TopicOut::WithAlias(a),
+            AliasUse::Reuse(a) => TopicOut::AliasOnly(a),
+        };
+        let opts = self.encode;
+        publish.encode_parts(out.buf(), &opts, id, dup, topic_out)?;
+        out.push_payload(publish.payload.clone());
+        if let AliasUse::Assign(a) = alias {
+            self.aliases.commit(publish.topic.bytes(), a);
+        }
+        Ok(())
+    }
+
+    /// Processes one packet from the broker. Replies are queued in `out`.
+    pub fn handle(
+        &mut self,
+        packet: Packet,
+        out: &mut Outbound,
+        now: Instant,
+    ) -> Result<Option<Event<T>>, SessionError> {
+        let kind = packet.packet_type();
+        match (self.state, packet) {
+            (State::Connecting, Packet::ConnAck(ack)) => self.on_connack(ack, out, now).map(Some),
+            (State::Connected, Packet::PubAck(ack)) => self.on_ack(ack, PacketType::PubAck),
+            (State::Connected, Packet::PubRec(ack)) => self.on_pubrec(ack, out, now),
+            (State::Connected, Packet::PubComp(ack)) => self.on_ack(ack, PacketType::PubComp),
+            (State::Connected, Packet::PingResp) => {
+                self.ping_sent = None;
+                Ok(None)
+            }
+            (State::Connected, Packet::Publish(p)) => self.on_inbound_publish(p, out, now),
+            (State::Connected, Packet::PubRel(ack)) => {
+                let id = ack.packet_id;
+                let known = self.take_inbound_qos2(id);
+                let mut comp = Ack::new(id);
+                if !known && self.cfg.protocol == Protocol::V5 {
+                    comp.reason = ReasonCode::PACKET_IDENTIFIER_NOT_FOUND;
+                }
+                self.control(Packet::PubComp(comp), out, now)?;
+                Ok(None)
+            }
+            (State::Connected, Packet::SubAck(s)) => Ok(Some(Event::SubAck(s))),
+            (State::Connected, Packet::UnsubAck(s)) => Ok(Some(Event::UnsubAck(s))),
+            (State::Connecting | State::Connected, Packet::Auth(a))
+                if self.cfg.protocol == Protocol::V5 =>
+            {
+                Ok(Some(Event::Auth(a)))
+            }
+            (State::Connecting | State::Connected, Packet::Disconnect(d))
+                if self.cfg.protocol == Protocol::V5 =>
+            {
+                self.connection_lost();
+                Ok(Some(Event::Disconnected(d)))
+            }
+            (state, _) => Err(SessionError::UnexpectedPacket {
+                packet: kind,
+                state,
+            }),
+        }
+    }
+
+    fn control(
+        &mut self,
+        packet: Packet,
+        out: &mut Outbound,
+        now: Instant,
+    ) -> Result<(), SessionError> {
+        let opts = self.encode;
+        packet
+            .encode(out.buf(), &opts)
+            .map_err(SessionError::Encode)?;
+        self.last_sent = Some(now);
+        Ok(())
+    }
+
+    fn on_connack(
+        &mut self,
+        ack: ConnAck,
+        out: &mut Outbound,
+        now: Instant,
+    ) -> Result<Event<T>, SessionError> {
+        if !ack.is_success() {
+            self.state = State::Disconnected;
+            return Err(SessionError::ConnectionRefused {
+                protocol: self.cfg.protocol,
+                code: ack.code,
+                reason_string: ack.properties.reason_string,
+            });
+        }
+        self.state = State::Connected;
+        let p = &ack.properties;
+        let receive_max = p.receive_maximum.map_or(u16::MAX, NonZeroU16::get);
+        self.limit = self.window.capacity().min(receive_max as usize);
+        self.encode.max_packet_size = p.maximum_packet_size.map_or(MAX_PACKET_SIZE, |m| m.get());
+        self.maximum_qos = p.maximum_qos.unwrap_or(QoS::ExactlyOnce);
+        self.retain_available = p.retain_available.unwrap_or(true);
+        let alias_max = if self.cfg.protocol == Protocol::V5 {
+            self.cfg
+                .topic_alias_maximum
+                .min(p.topic_alias_maximum.unwrap_or(0))
+        } else {
+            0
+        };
+        self.aliases.reset(alias_max);
+        if let Some(k) = p.server_keep_alive {
+            self.keep_alive = (k > 0).then(|| Duration::from_secs(u64::from(k)));
+        }
+        self.ping_sent = None;
+        self.on_wire = 0;
+        // Everything held goes again, in original order. Without a session on the broker,
+        // a message past PUBREC is published again as new: the broker forgot it.
+        let order = self.window.in_send_order();
+        for &id in &order {
+            if let Some(e) = self.window.get_mut(id) {
+                e.on_wire = false;
+                if !ack.session_present {
+                    e.stage = Stage::AwaitAck;
+                }
+            }
+        }
+        let resent = order.len();
+        self.resend.clear();
+        self.resend.extend(order);
+        self.flush_resend(out, ack.session_present)
+            .map_err(SessionError::Encode)?;
+        self.last_sent = Some(now);
+        Ok(Event::Connected {
+            session_present: ack.session_present,
+            resent,
+        })
+    }
+
+    /// Sends queued re-sends while the window allows.
+    fn flush_resend(&mut self, out: &mut Outbound, dup: bool) -> Result<(), EncodeError> {
+        while self.on_wire < self.limit {
+            let Some(id) = self.resend.pop_front() else {
+                break;
+            };
+            match self.window.get(id) {
+                Some(e) if !e.on_wire => self.transmit(id, dup, out)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn complete(
+        &mut self,
+        id: PacketId,
+        reason: ReasonCode,
+        reason_string: Option<MqttStr>,
+    ) -> Option<Event<T>> {
+        let entry = self.window.remove(id)?;
+        if entry.on_wire {
+            self.on_wire = self.on_wire.saturating_sub(1);
+        }
+        Some(Event::Completed(Completion {
+            token: entry.token,
+            packet_id: id,
+            qos: entry.publish.qos,
+            reason,
+            reason_string,
+        }))
+    }
+
+    fn on_ack(&mut self, ack: Ack, kind: PacketType) -> Result<Option<Event<T>>, SessionError> {
+        let id = ack.packet_id;
+        let expected = match kind {
+            PacketType::PubAck => (QoS::AtLeastOnce, Stage::AwaitAck),
+            _ => (QoS::ExactlyOnce, Stage::AwaitComp),
+        };
+        match self.window.get(id) {
+            Some(e) if (e.publish.qos, e.stage) == expected => {}
+            _ => {
+                return Err(SessionError::UnknownPacketId {
+                    packet: kind,
+                    packet_id: id,
+                });
+            }
+        }
+        let ev = self.complete(id, ack.reason, ack.properties.reason_string);
+        Ok(ev)
+    }
+
+    fn on_pubrec(
+        &mut self,
+        ack: Ack,
+        out: &mut Outbound,
+        now: Instant,
+    ) -> Result<Option<Event<T>>, SessionError> {
+        let id = ack.packet_id;
+        let stage = match self.window.get(id) {
+            Some(e) if e.publish.qos == QoS::ExactlyOnce => e.stage,
+            _ => {
+                return Err(SessionError::UnknownPacketId {
+                    packet: PacketType::PubRec,
+                    packet_id: id,
+                });
+            }
+        };
+        if ack.reason.is_error() {
+            // MQTT 5 §4.3.3: a PUBREC with an error code ends the flow; no PUBREL.
+            return Ok(self.complete(id, ack.reason, ack.properties.reason_string));
+        }
+        if stage == Stage::AwaitAck
+            && let Some(e) = self.window.get_mut(id)
+        {
+            e.stage = Stage::AwaitComp;
+        }
+        // A repeated PUBREC (after a re-send) is answered with PUBREL again.
+        self.control(Packet::PubRel(Ack::new(id)), out, now)?;
+        Ok(None)
+    }
+
+    fn on_inbound_publish(
+        &mut self,
+        p: Publish,
+        out: &mut Outbound,
+        now: Instant,
+    ) -> Result<Option<Event<T>>, SessionError> {
+        match (p.qos, p.packet_id) {
+            (QoS::AtMostOnce, _) => Ok(Some(Event::Message(p))),
+            (QoS::AtLeastOnce, Some(id)) => {
+                self.control(Packet::PubAck(Ack::new(id)), out, now)?;
+                Ok(Some(Event::Message(p)))
+            }
+            (QoS::ExactlyOnce, Some(id)) => {
+                let first = !self.inbound_qos2_contains(id);
+                self.set_inbound_qos2(id);
+                self.control(Packet::PubRec(Ack::new(id)), out, now)?;
+                // A DUP re-delivery of a message already received is acknowledged, not
+                // delivered twice.
+                Ok(first.then_some(Event::Message(p)))
+            }
+            _ => Err(SessionError::ProtocolViolation(
+                "QoS 1/2 PUBLISH without a packet id",
+            )),
+        }
+    }
+
+    fn inbound_qos2_contains(&self, id: PacketId) -> bool {
+        let i = id.get() as usize;
+        self.inbound_qos2[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    fn set_inbound_qos2(&mut self, id: PacketId) {
+        let i = id.get() as usize;
+        self.inbound_qos2[i / 64] |= 1 << (i % 64);
+    }
+
+    fn take_inbound_qos2(&mut self, id: PacketId) -> bool {
+        let had = self.inbound_qos2_contains(id);
+        let i = id.get() as usize;
+        self.inbound_qos2[i / 64] &= !(1 << (i % 64));
+        had
+    }
+
+    /// After completions free room in the window, sends waiting re-sends. Call after
+    /// [`Session::handle`] returned a completion (it is cheap when nothing waits).
+    pub fn poll_transmit(&mut self, out: &mut Outbound, now: Instant) -> Result<(), SessionError> {
+        if self.state == State::Connected && !self.resend.is_empty() {
+            self.flush_resend(out, true).map_err(SessionError::Encode)?;
+            self.last_sent = Some(now);
+        }
+        Ok(())
+    }
+
+    /// When [`Session::handle_timeout`] must next be called, if ever.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let ka = self.keep_alive?;
+        if self.state == State::Disconnected {
+            return None;
+        }
+        match self.ping_sent {
+            Some(t) => Some(t + ka),
+            None => self.last_sent.map(|t| t + ka),
+        }
+    }
+
+    /// Keep-alive: queues a PINGREQ when nothing was sent for the keep-alive interval, and
+    /// fails when a PINGREQ got no answer within it.
+    pub fn handle_timeout(&mut self, out: &mut Outbound, now: Instant) -> Result<(), SessionError> {
+        let Some(ka) = self.keep_alive else {
+            return Ok(());
+        };
+        if self.state == State::Disconnected {
+            return Ok(());
+        }
+        if let Some(t) = self.ping_sent {
+            if now >= t + ka {
+                return Err(SessionError::KeepAliveTimeout);
+            }
+            return Ok(());
+        }
+        if self.state == State::Connected && self.last_sent.is_some_and(|t| now >= t + ka) {
+            self.control(Packet::PingReq, out, now)?;
+            self.ping_sent = Some(now);
+        }
+        Ok(())
+    }
+
+    /// Queues DISCONNECT and ends the session's connection (a controlled shutdown: messages
+    /// still held stay held, to be re-sent on a later connection or taken back with
+    /// [`Session::take_unconfirmed`]).
+    pub fn disconnect(
+        &mut self,
+        disconnect: Disconnect,
+        out: &mut Outbound,
+        now: Instant,
+    ) -> Result<(), SessionError> {
+        if self.state == State::Connected {
+            self.control(Packet::Disconnect(disconnect), out, now)?;
+        }
+        self.connection_lost();
+        Ok(())
+    }
+
+    /// Takes back every message still held (not confirmed), in original order, freeing the
+    /// window. The caller decides what to do with them (e.g. leave their offsets
+    /// uncommitted).
+    pub fn take_unconfirmed(&mut self) -> Vec<(Publish, T)> {
+        let order = self.window.in_send_order();
+        self.resend.clear();
+        self.on_wire = 0;
+        order
+            .into_iter()
+            .filter_map(|id| self.window.remove(id))
+            .map(|e| (e.publish, e.token))
+            .collect()
+    }
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what Spillway's run and tests need, idempotently: quick when everything is present.
+#   - mosquitto, mosquitto-clients (Debian packages): the MQTT broker the tests and the bench start
+#   - s3s-fs 0.14.1 (cargo): an S3 server that verifies SigV4 signatures, for tests and the bench
+set -euo pipefail
+
+need_apt=()
+command -v mosquitto >/dev/null 2>&1 || need_apt+=(mosquitto)
+command -v mosquitto_sub >/dev/null 2>&1 || need_apt+=(mosquitto-clients)
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+  # The Debian package enables a system-wide broker on port 1883; the tests start their own.
+  if command -v systemctl >/dev/null 2>&1; then
+    $SUDO systemctl disable --now mosquitto >/dev/null 2>&1 || true
+  fi
+fi
+
+S3S_VERSION="0.14.1"
+if ! (command -v s3s-fs >/dev/null 2>&1 && s3s-fs --version 2>/dev/null | grep -q "$S3S_VERSION"); then
+  echo "setup: installing s3s-fs $S3S_VERSION (cargo install, a few minutes the first time)"
+  cargo install "s3s-fs@$S3S_VERSION" --features binary --locked
+fi
+
+echo "setup: mosquitto $(mosquitto -h 2>/dev/null | head -n1 | awk '{print $3}'), s3s-fs $S3S_VERSION ready"

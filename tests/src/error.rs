@@ -1,0 +1,179 @@
+//! The one error type of the harness: every way starting a server or talking to it can fail.
+
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+/// Something the harness could not do. `Display` names the problem and, where it helps, what to
+/// do about it (a missing binary) or what the server said (the tail of its log).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum HarnessError {
+    /// A program the harness runs is not installed (or not on `PATH`).
+    BinaryMissing {
+        /// The program name, e.g. `mosquitto`.
+        binary: &'static str,
+    },
+    /// An I/O operation failed; `context` says which one.
+    Io {
+        /// What the harness was doing.
+        context: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// A helper command (such as `mosquitto_passwd`) ran but failed.
+    CommandFailed {
+        /// The command line, secrets left out.
+        command: String,
+        /// How it ended.
+        status: String,
+        /// What it wrote to stderr.
+        stderr: String,
+    },
+    /// A server did not become ready (accept TCP connections) in time.
+    StartTimeout {
+        /// Which server.
+        server: &'static str,
+        /// How long the harness waited.
+        waited: Duration,
+        /// The last lines of the server log.
+        log_tail: String,
+    },
+    /// A server process exited while the harness waited for it to become ready.
+    ServerExited {
+        /// Which server.
+        server: &'static str,
+        /// Its exit status.
+        status: String,
+        /// The last lines of the server log.
+        log_tail: String,
+    },
+    /// The caller asked for something the harness cannot do (e.g. QoS 3, `start_again` while
+    /// running).
+    InvalidOption(String),
+    /// Generating a certificate or key failed.
+    Certificate(String),
+    /// A TLS configuration or handshake error.
+    Tls(String),
+    /// The peer sent bytes that are not a valid MQTT packet, or an unexpected one.
+    Protocol(String),
+    /// The broker answered CONNECT with a refusal.
+    ConnectRefused {
+        /// The raw CONNACK return code (3.1.1) or reason code (5).
+        code: u8,
+        /// A readable name of the code.
+        reason: String,
+    },
+    /// The broker refused one of the subscriptions in SUBACK.
+    SubscribeRefused {
+        /// The raw return / reason codes, in filter order.
+        codes: Vec<u8>,
+    },
+    /// The connection closed (or failed) before the expected packet arrived.
+    ConnectionClosed {
+        /// What the harness was waiting for.
+        waiting_for: &'static str,
+        /// Why, if known.
+        detail: String,
+    },
+    /// A reply did not arrive in time.
+    Timeout {
+        /// What the harness was waiting for.
+        waiting_for: &'static str,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// A subscriber did not receive the expected number of messages in time.
+    MessagesTimeout {
+        /// How many messages were expected.
+        expected: usize,
+        /// How many arrived.
+        received: usize,
+        /// How long the harness waited.
+        waited: Duration,
+    },
+    /// A container could not be started (feature `containers`).
+    Container(String),
+}
+
+impl HarnessError {
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        HarnessError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl fmt::Display for HarnessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HarnessError::BinaryMissing { binary } => write!(
+                f,
+                "`{binary}` is not installed or not on PATH: run scripts/setup.sh to install the \
+                 test servers"
+            ),
+            HarnessError::Io { context, source } => write!(f, "{context}: {source}"),
+            HarnessError::CommandFailed {
+                command,
+                status,
+                stderr,
+            } => write!(f, "`{command}` failed ({status}): {}", stderr.trim()),
+            HarnessError::StartTimeout {
+                server,
+                waited,
+                log_tail,
+            } => write!(
+                f,
+                "{server} did not accept connections within {waited:?}; log tail:\n{log_tail}"
+            ),
+            HarnessError::ServerExited {
+                server,
+                status,
+                log_tail,
+            } => write!(
+                f,
+                "{server} exited during start-up ({status}); log tail:\n{log_tail}"
+            ),
+            HarnessError::InvalidOption(msg) => write!(f, "invalid harness option: {msg}"),
+            HarnessError::Certificate(msg) => write!(f, "certificate generation failed: {msg}"),
+            HarnessError::Tls(msg) => write!(f, "TLS error: {msg}"),
+            HarnessError::Protocol(msg) => write!(f, "MQTT protocol error: {msg}"),
+            HarnessError::ConnectRefused { code, reason } => {
+                write!(f, "broker refused CONNECT with code {code} ({reason})")
+            }
+            HarnessError::SubscribeRefused { codes } => {
+                write!(f, "broker refused a subscription, SUBACK codes {codes:?}")
+            }
+            HarnessError::ConnectionClosed {
+                waiting_for,
+                detail,
+            } => write!(
+                f,
+                "connection closed while waiting for {waiting_for}: {detail}"
+            ),
+            HarnessError::Timeout {
+                waiting_for,
+                waited,
+            } => write!(f, "no {waiting_for} within {waited:?}"),
+            HarnessError::MessagesTimeout {
+                expected,
+                received,
+                waited,
+            } => write!(
+                f,
+                "expected {expected} messages within {waited:?}, but only {received} arrived"
+            ),
+            HarnessError::Container(msg) => write!(f, "container error: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for HarnessError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            HarnessError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! Test harness for Spillway: real servers started as child processes on ephemeral loopback
+//! ports, and an independent MQTT subscriber to observe what they deliver.
+//!
+//! - [`Mosquitto`]: an MQTT broker (plain, user/password, TLS, mutual TLS, ACL, limits), with
+//!   [`Mosquitto::stop`], [`Mosquitto::start_again`] and [`Mosquitto::restart`] on the same port.
+//! - [`S3Server`]: `s3s-fs`, an S3 server that verifies SigV4, with a bucket ready.
+//! - [`Subscriber`]: records every message a broker delivers (MQTT 3.1.1 or 5, QoS 0/1/2, TLS),
+//!   built on the `mqttbytes` crate rather than Spillway's codec.
+//! - [`TestCa`]: certificates made with rcgen for TLS tests.
+//! - `containers` (feature `containers`): EMQX and MinIO through testcontainers where Docker
+//!   exists.
+//!
+//! Every server lives in its own temporary directory and is killed on drop, so tests can run
+//! in parallel. A missing server binary is reported as [`HarnessError::BinaryMissing`]: run
+//! `scripts/setup.sh`.
+
+mod certs;
+#[cfg(feature = "containers")]
+pub mod containers;
+mod error;
+mod fsutil;
+mod mosquitto;
+mod mqtt_wire;
+pub mod ports;
+mod process;
+mod received;
+mod s3server;
+mod subscriber;
+mod tls;
+mod transport;
+
+pub use certs::{IssuedCert, TestCa};
+pub use error::HarnessError;
+pub use mosquitto::{Mosquitto, MosquittoOpts, TlsMode};
+pub use mqtt_wire::{ConnAckInfo, MqttVersion};
+pub use process::{LOG_TAIL_LINES, ServerProcess};
+pub use received::{Received, RecordedProps};
+pub use s3server::{REGION, S3Server, S3ServerOpts};
+pub use subscriber::{Subscriber, SubscriberOpts};
+pub use tls::{ClientTls, DEFAULT_SERVER_NAME};
+pub use transport::Transport;
