@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use mqttbytes::{v4, v5};
 use spillway_codec::{
-    Connect, DecodeOptions, Decoded, EncodeOptions, MqttStr, Packet, PacketId, Protocol, Publish,
-    QoS, decode,
+    Connect, DecodeOptions, Decoded, EncodeOptions, MqttStr, Outbound, Packet, PacketId, Protocol,
+    Publish, QoS, decode,
 };
 
 use crate::harness::{Body, Plan, compare, each};
@@ -58,6 +58,24 @@ pub const LEGEND: &[(&str, &str)] = &[
         "the same on MQTT 5 with two user properties",
     ),
     (
+        "publish_queue_v311",
+        "the sink's write path: 64 PUBLISH (100 B) queued in an Outbound for one vectored \
+         write (small payloads copied next to their header), then consumed; mqttbytes: the same \
+         64 written into one buffer; per packet",
+    ),
+    (
+        "publish_queue_v5_2props",
+        "the same on MQTT 5 with two user properties",
+    ),
+    (
+        "publish_encode_v311_1KiB",
+        "publish_encode_v311 with a 1 KiB payload",
+    ),
+    (
+        "publish_encode_v311_16KiB",
+        "publish_encode_v311 with a 16 KiB payload",
+    ),
+    (
         "publish_decode_v311",
         "decode those PUBLISH packets from a buffer of 1,000",
     ),
@@ -93,9 +111,21 @@ fn packet_id() -> Result<PacketId> {
 /// A 100-byte payload sliced out of a larger shared buffer, as a payload sliced out of an
 /// Iggy poll reply is: cloning it is an atomic increment, not a copy.
 fn payload() -> Bytes {
-    let reply: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
-    Bytes::from(reply).slice(256..256 + PAYLOAD_LEN)
+    payload_of(PAYLOAD_LEN)
 }
+
+/// A `len`-byte payload sliced out of a larger shared buffer.
+fn payload_of(len: usize) -> Bytes {
+    let reply: Vec<u8> = (0..(len + 512) as u32).map(|i| (i % 251) as u8).collect();
+    Bytes::from(reply).slice(256..256 + len)
+}
+
+/// Payload sizes of the extra encode rows: where handing the payload back (a reference count)
+/// starts to beat copying it.
+const LARGE_PAYLOADS: [(usize, &str); 2] = [
+    (1024, "publish_encode_v311_1KiB"),
+    (16 * 1024, "publish_encode_v311_16KiB"),
+];
 
 fn our_publish(protocol: Protocol, payload: &Bytes) -> Result<Publish> {
     let mut p = Publish::new(mqtt_str(TOPIC)?, payload.clone());
@@ -400,6 +430,22 @@ fn batch_decoder<F: FnMut(&mut BytesMut)>(
     }
 }
 
+/// Packets per batch in the queue rows.
+const QUEUE_BATCH: usize = 64;
+
+/// A body that runs `batch` (which handles `QUEUE_BATCH` packets) until `n` packets are done.
+fn batch_writer<F: FnMut()>(mut batch: F) -> impl FnMut(u64) -> (Duration, u64) {
+    move |n| {
+        let start = Instant::now();
+        let mut done = 0u64;
+        while done < n {
+            batch();
+            done += QUEUE_BATCH as u64;
+        }
+        (start.elapsed(), done)
+    }
+}
+
 fn ours_decoder(wire: Bytes, protocol: Protocol) -> impl FnMut(u64) -> (Duration, u64) {
     let opts = DecodeOptions::new(protocol);
     batch_decoder(wire, move |buf| {
@@ -482,6 +528,83 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Vec<Row>> {
                     let r = black_box(&p).write(&mut buf);
                     black_box(&mut buf);
                     let _ = black_box(r);
+                });
+                rows(scenario, plan, &mut ours, &mut peer)
+            }
+        };
+        out.push(r);
+    }
+
+    // Encode PUBLISH with larger payloads (3.1.1): the cost of copying grows with the
+    // payload, the cost of handing it back does not.
+    for (len, scenario) in LARGE_PAYLOADS {
+        progress(scenario);
+        let payload = payload_of(len);
+        let ours_publish = our_publish(Protocol::V311, &payload)?;
+        let opts = EncodeOptions::new(Protocol::V311);
+        let mut buf = BytesMut::with_capacity(len + 1024);
+        let mut ours = each(move || {
+            buf.clear();
+            let payload = black_box(&ours_publish).encode_header(&mut buf, black_box(&opts));
+            black_box(&mut buf);
+            let _ = black_box(payload);
+        });
+        let p = peer_publish_v4(&payload);
+        let mut buf = BytesMut::with_capacity(len + 1024);
+        let mut peer = each(move || {
+            buf.clear();
+            let r = black_box(&p).write(&mut buf);
+            black_box(&mut buf);
+            let _ = black_box(r);
+        });
+        out.push(rows(scenario, plan, &mut ours, &mut peer));
+    }
+
+    // The sink's write path: PUBLISH packets queued for one vectored write (64 at a time,
+    // then the queue is consumed as if written) against mqttbytes writing the same 64
+    // packets into one buffer.
+    for protocol in [Protocol::V311, Protocol::V5] {
+        let scenario = match protocol {
+            Protocol::V311 => "publish_queue_v311",
+            Protocol::V5 => "publish_queue_v5_2props",
+        };
+        progress(scenario);
+        let ours_publish = our_publish(protocol, &payload)?;
+        let opts = EncodeOptions::new(protocol);
+        let mut queue = Outbound::default();
+        let mut ours = batch_writer(move || {
+            for _ in 0..QUEUE_BATCH {
+                let r = queue.push_publish(black_box(&ours_publish), black_box(&opts));
+                let _ = black_box(r);
+            }
+            queue.seal();
+            black_box(&queue);
+            let n = queue.len();
+            queue.advance(n);
+        });
+        let mut buf = BytesMut::with_capacity(QUEUE_BATCH * 256);
+        let r = match protocol {
+            Protocol::V311 => {
+                let p = peer_publish_v4(&payload);
+                let mut peer = batch_writer(move || {
+                    buf.clear();
+                    for _ in 0..QUEUE_BATCH {
+                        let r = black_box(&p).write(&mut buf);
+                        let _ = black_box(r);
+                    }
+                    black_box(&mut buf);
+                });
+                rows(scenario, plan, &mut ours, &mut peer)
+            }
+            Protocol::V5 => {
+                let p = peer_publish_v5(&payload);
+                let mut peer = batch_writer(move || {
+                    buf.clear();
+                    for _ in 0..QUEUE_BATCH {
+                        let r = black_box(&p).write(&mut buf);
+                        let _ = black_box(r);
+                    }
+                    black_box(&mut buf);
                 });
                 rows(scenario, plan, &mut ours, &mut peer)
             }

@@ -31,7 +31,7 @@ pub use packet::{
     MAX_PACKET_SIZE, Packet, PacketType, Publish, RetainHandling, SubAck, Subscribe, Subscription,
     SubscriptionOptions, UnsubAck, Unsubscribe, Will, decode, decode_bytes,
 };
-pub use properties::{Properties, PropertyContext};
+pub use properties::{Properties, PropertyContext, PropertyFields};
 pub use reason::ReasonCode;
 pub use string::{MqttStr, StringError};
 pub use types::{PacketId, Protocol, QoS};

@@ -25,7 +25,12 @@ pub struct Outbound {
     retired: VecDeque<BytesMut>,
     /// Size of a header block.
     block: usize,
+    /// Payloads up to this size are copied next to their header.
+    inline_max: usize,
 }
+
+/// The default of [`Outbound::inline_max`].
+pub const DEFAULT_INLINE_MAX: usize = 512;
 
 impl Default for Outbound {
     fn default() -> Self {
@@ -42,10 +47,12 @@ impl Outbound {
             sealed: 0,
             retired: VecDeque::with_capacity(4),
             block: header_bytes.max(256),
+            inline_max: DEFAULT_INLINE_MAX.min(header_bytes / 8),
         }
     }
 
     /// The buffer encoders append to. Whatever is appended is queued after everything else.
+    #[inline]
     pub fn buf(&mut self) -> &mut BytesMut {
         self.make_room();
         &mut self.head
@@ -55,11 +62,17 @@ impl Outbound {
     /// `BytesMut` allocate a new buffer because chunks split off the current one are still
     /// queued. A full block is retired and the oldest retired block whose chunks are all gone
     /// is reclaimed; a new block is allocated only while the pool grows to its working size.
+    #[inline]
     fn make_room(&mut self) {
-        let want = self.block / 4;
-        if self.head.capacity() - self.head.len() >= want {
+        if self.head.capacity() - self.head.len() >= self.block / 4 {
             return;
         }
+        self.renew_head();
+    }
+
+    /// The slow half of [`Outbound::make_room`].
+    #[inline(never)]
+    fn renew_head(&mut self) {
         self.seal();
         let full = std::mem::take(&mut self.head);
         self.retired.push_back(full);
@@ -73,14 +86,45 @@ impl Outbound {
         self.head = BytesMut::with_capacity(self.block);
     }
 
-    /// Queues `payload` after the headers encoded so far, without copying it.
+    /// Queues `payload` after the headers encoded so far. A payload of at most
+    /// [`Outbound::inline_max`] bytes is copied next to its header; a larger one becomes its
+    /// own chunk and is not copied.
+    #[inline]
     pub fn push_payload(&mut self, payload: Bytes) {
-        if payload.is_empty() {
+        if payload.len() <= self.inline_max {
+            self.head.extend_from_slice(&payload);
             return;
         }
         self.seal();
         self.sealed += payload.len();
         self.chunks.push_back(payload);
+    }
+
+    /// Like [`Outbound::push_payload`] for a payload the caller keeps (a message held for
+    /// re-sending): small ones are copied, large ones shared (a reference count).
+    #[inline]
+    pub fn push_payload_ref(&mut self, payload: &Bytes) {
+        if payload.len() <= self.inline_max {
+            self.head.extend_from_slice(payload);
+            return;
+        }
+        self.push_payload(payload.clone());
+    }
+
+    /// Payloads up to this many bytes are copied next to their header instead of going out as
+    /// their own chunk.
+    pub fn inline_max(&self) -> usize {
+        self.inline_max
+    }
+
+    /// Sets [`Outbound::inline_max`]; 0 sends every payload as its own chunk.
+    ///
+    /// Why copy at all: sharing a payload costs an atomic increment when it is queued and an
+    /// atomic decrement when it is written, about 15 ns together on the machines this was
+    /// measured on, while copying 100 bytes costs about 1 ns (`spillway-bench codec`: the
+    /// 1 KiB encode row is where the two meet). Small payloads also save an iovec each.
+    pub fn set_inline_max(&mut self, bytes: usize) {
+        self.inline_max = bytes;
     }
 
     /// Moves the headers encoded so far into the chunk list.
@@ -92,16 +136,23 @@ impl Outbound {
         }
     }
 
-    /// Queues a PUBLISH: its header is encoded here and its payload queued as its own chunk.
+    /// Queues a PUBLISH: its header is encoded here, and its payload queued after it (shared
+    /// as its own chunk, or copied when it is small: see [`Outbound::inline_max`]).
+    #[inline]
     pub fn push_publish(
         &mut self,
         publish: &Publish,
         opts: &EncodeOptions,
     ) -> Result<usize, EncodeError> {
         self.make_room();
-        let payload = publish.encode_header(&mut self.head, opts)?;
-        let n = self.head.len();
-        self.push_payload(payload);
+        let n = publish.encode_parts(
+            &mut self.head,
+            opts,
+            publish.packet_id,
+            publish.dup,
+            crate::packet::TopicOut::Plain,
+        )?;
+        self.push_payload_ref(&publish.payload);
         Ok(n)
     }
 
@@ -208,6 +259,7 @@ mod tests {
     #[test]
     fn payload_is_its_own_chunk_and_advance_crosses_chunks() {
         let mut out = Outbound::default();
+        out.set_inline_max(0);
         let payload = Bytes::from_static(b"hello world");
         let p = Publish::new(
             MqttStr::from_static("a/b").unwrap_or_default(),
@@ -227,5 +279,37 @@ mod tests {
         assert_eq!(out.to_vec(), b"llo world");
         out.advance(9);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn small_payloads_are_copied_next_to_their_header_large_ones_shared() {
+        let opts = EncodeOptions::new(Protocol::V311);
+        let topic = MqttStr::from_static("t").unwrap_or_default();
+        let mut out = Outbound::with_capacity(8192, 8);
+        assert_eq!(out.inline_max(), DEFAULT_INLINE_MAX);
+        let small = Bytes::from(vec![1u8; DEFAULT_INLINE_MAX]);
+        let large = Bytes::from(vec![2u8; DEFAULT_INLINE_MAX + 1]);
+        for p in [&small, &small, &large, &small] {
+            let publish = Publish::new(topic.clone(), p.clone());
+            assert!(out.push_publish(&publish, &opts).is_ok());
+        }
+        out.seal();
+        // Two small packets in the first chunk, the third header, the large payload as its
+        // own chunk (the same memory), then the last small packet.
+        let chunks: Vec<&Bytes> = out.chunks().collect();
+        assert_eq!(chunks.len(), 3);
+        assert_eq!(chunks[1].as_ptr(), large.as_ptr());
+        let mut expected = Vec::new();
+        for p in [&small, &small, &large, &small] {
+            let publish = Publish::new(topic.clone(), p.clone());
+            let mut b = BytesMut::new();
+            assert!(
+                crate::Packet::Publish(publish)
+                    .encode(&mut b, &opts)
+                    .is_ok()
+            );
+            expected.extend_from_slice(&b);
+        }
+        assert_eq!(out.to_vec(), expected);
     }
 }

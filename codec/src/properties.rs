@@ -214,7 +214,7 @@ const AUTH_DATA_WITHOUT_METHOD: &str = "CONNECT without an authentication method
 /// Every MQTT 5 property. Absent properties are `None` or empty; the packet's context decides
 /// which may be set.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Properties {
+pub struct PropertyFields {
     /// 0x01: `Some(true)` when the payload is UTF-8 (indicator 1).
     pub payload_format_indicator: Option<bool>,
     /// 0x02, seconds.
@@ -271,6 +271,127 @@ pub struct Properties {
     pub shared_subscription_available: Option<bool>,
 }
 
+/// The properties of a packet: nothing allocated and one pointer wide when there are none
+/// (the common case), the fields boxed when there are some. Reads see every field through
+/// `Deref` (an empty set when there are none); the first write through `DerefMut` boxes them.
+#[derive(Clone, Default)]
+pub struct Properties(Option<Box<PropertyFields>>);
+
+static EMPTY: PropertyFields = PropertyFields::EMPTY;
+
+impl PropertyFields {
+    const EMPTY: PropertyFields = PropertyFields {
+        payload_format_indicator: None,
+        message_expiry_interval: None,
+        content_type: None,
+        response_topic: None,
+        correlation_data: None,
+        subscription_identifiers: Vec::new(),
+        session_expiry_interval: None,
+        assigned_client_identifier: None,
+        server_keep_alive: None,
+        authentication_method: None,
+        authentication_data: None,
+        request_problem_information: None,
+        will_delay_interval: None,
+        request_response_information: None,
+        response_information: None,
+        server_reference: None,
+        reason_string: None,
+        receive_maximum: None,
+        topic_alias_maximum: None,
+        topic_alias: None,
+        maximum_qos: None,
+        retain_available: None,
+        user_properties: Vec::new(),
+        maximum_packet_size: None,
+        wildcard_subscription_available: None,
+        subscription_identifier_available: None,
+        shared_subscription_available: None,
+    };
+}
+
+impl std::ops::Deref for Properties {
+    type Target = PropertyFields;
+    #[inline]
+    fn deref(&self) -> &PropertyFields {
+        match &self.0 {
+            Some(b) => b,
+            None => &EMPTY,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Properties {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut PropertyFields {
+        self.0.get_or_insert_with(Default::default)
+    }
+}
+
+impl PartialEq for Properties {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Properties {}
+
+impl fmt::Debug for Properties {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl Properties {
+    /// True when no property is set.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        match &self.0 {
+            None => true,
+            Some(b) => b.present() == 0,
+        }
+    }
+
+    /// Takes the reason string out (without boxing anything when there is none).
+    pub fn take_reason_string(&mut self) -> Option<MqttStr> {
+        self.0.as_mut().and_then(|f| f.reason_string.take())
+    }
+
+    /// Reads a property block (its length, then the properties) for `ctx`.
+    #[inline]
+    pub(crate) fn decode(r: &mut Reader<'_>, ctx: PropertyContext) -> Result<Self, DecodeError> {
+        let len = r.varint("property length")? as usize;
+        if len == 0 {
+            return Ok(Properties(None));
+        }
+        let mut fields = Box::<PropertyFields>::default();
+        PropertyFields::decode_fields(&mut fields, r, len, ctx)?;
+        Ok(Properties(Some(fields)))
+    }
+
+    #[inline]
+    pub(crate) fn check(
+        &self,
+        ctx: PropertyContext,
+        alias: Option<Option<NonZeroU16>>,
+    ) -> Result<usize, EncodeError> {
+        if self.0.is_none() && alias.flatten().is_none() {
+            return Ok(0);
+        }
+        (**self).check(ctx, alias)
+    }
+
+    #[inline]
+    pub(crate) fn put(&self, buf: &mut BytesMut, len: usize, alias: Option<Option<NonZeroU16>>) {
+        if len == 0 {
+            varint::put(buf, 0);
+            return;
+        }
+        (**self).put(buf, len, alias)
+    }
+}
+
 fn bool_prop(r: &mut Reader<'_>, id: u8) -> Result<bool, DecodeError> {
     match r.u8("property value")? {
         0 => Ok(false),
@@ -282,7 +403,7 @@ fn bool_prop(r: &mut Reader<'_>, id: u8) -> Result<bool, DecodeError> {
     }
 }
 
-impl Properties {
+impl PropertyFields {
     /// True when no property is set.
     pub fn is_empty(&self) -> bool {
         self.present() == 0
@@ -357,12 +478,14 @@ impl Properties {
     }
 
     /// Reads a property block (its length, then the properties) for `ctx`.
-    pub(crate) fn decode(r: &mut Reader<'_>, ctx: PropertyContext) -> Result<Self, DecodeError> {
-        let len = r.varint("property length")? as usize;
-        let mut p = Properties::default();
-        if len == 0 {
-            return Ok(p);
-        }
+    /// Reads the properties into `p` (already boxed, so the large struct is filled in place
+    /// rather than built on the stack and copied).
+    fn decode_fields(
+        p: &mut PropertyFields,
+        r: &mut Reader<'_>,
+        len: usize,
+        ctx: PropertyContext,
+    ) -> Result<(), DecodeError> {
         let mut r = r.sub(len)?;
         let allowed = ctx.allowed();
         let mut seen = 0u64;
@@ -491,7 +614,7 @@ impl Properties {
                 context: AUTH_DATA_WITHOUT_METHOD,
             });
         }
-        Ok(p)
+        Ok(())
     }
 
     /// Checks that every property is allowed in `ctx` and has a valid value; returns the
@@ -518,6 +641,16 @@ impl Properties {
                 id: bad.trailing_zeros() as u8,
                 context: ctx.name(),
             });
+        }
+        // The sink's usual case: user properties (and perhaps a topic alias) only.
+        const USER_AND_ALIAS: u64 = (1 << USER_PROPERTY) | (1 << TOPIC_ALIAS);
+        if present & !USER_AND_ALIAS == 0 {
+            let alias_len = if present & (1 << TOPIC_ALIAS) != 0 {
+                3
+            } else {
+                0
+            };
+            return Ok(alias_len + self.user_properties_len());
         }
         if ctx == PropertyContext::Connect
             && self.authentication_data.is_some()
@@ -612,12 +745,41 @@ impl Properties {
         Ok(n)
     }
 
+    /// Encoded length of the user properties.
+    #[inline]
+    fn user_properties_len(&self) -> usize {
+        self.user_properties
+            .iter()
+            .map(|(k, v)| 1 + field_len(k.len()) + field_len(v.len()))
+            .sum()
+    }
+
     /// Writes the property block: `len` (from [`Properties::check`]) and the properties.
     pub(crate) fn put(&self, buf: &mut BytesMut, len: usize, alias: Option<Option<NonZeroU16>>) {
         varint::put(buf, len as u32);
         if len == 0 {
             return;
         }
+        // Fast path: when the user properties (and the alias) account for the whole length,
+        // nothing else is set, since every other property takes at least two bytes.
+        let alias = match alias {
+            Some(a) => a,
+            None => self.topic_alias,
+        };
+        let alias_len = if alias.is_some() { 3 } else { 0 };
+        if len == alias_len + self.user_properties_len() {
+            if let Some(a) = alias {
+                buf.put_u8(TOPIC_ALIAS);
+                buf.put_u16(a.get());
+            }
+            for (k, v) in &self.user_properties {
+                buf.put_u8(USER_PROPERTY);
+                put_binary(buf, k.as_bytes());
+                put_binary(buf, v.as_bytes());
+            }
+            return;
+        }
+        let alias = Some(alias);
         let put_str = |buf: &mut BytesMut, pid: u8, v: &Option<MqttStr>| {
             if let Some(s) = v {
                 buf.put_u8(pid);
@@ -724,7 +886,7 @@ impl Properties {
     }
 }
 
-impl fmt::Debug for Properties {
+impl fmt::Debug for PropertyFields {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Properties");
         macro_rules! field {
@@ -770,5 +932,16 @@ impl fmt::Debug for Properties {
         field!(subscription_identifier_available);
         field!(shared_subscription_available);
         d.finish()
+    }
+}
+
+impl From<PropertyFields> for Properties {
+    /// Boxes the fields (or nothing, when none is set).
+    fn from(fields: PropertyFields) -> Self {
+        if fields.present() == 0 {
+            Properties(None)
+        } else {
+            Properties(Some(Box::new(fields)))
+        }
     }
 }

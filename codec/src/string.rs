@@ -45,6 +45,12 @@ impl MqttStr {
         Ok(MqttStr(bytes))
     }
 
+    /// Wraps bytes the caller has already validated (see [`validate`]).
+    pub(crate) fn from_validated(bytes: Bytes) -> Self {
+        debug_assert!(validate(&bytes).is_ok());
+        MqttStr(bytes)
+    }
+
     /// Copies `s` into a new string.
     #[allow(clippy::should_implement_trait)]
     pub fn from_str(s: &str) -> Result<Self, StringError> {

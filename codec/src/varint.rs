@@ -43,6 +43,27 @@ pub fn put(buf: &mut BytesMut, mut v: u32) {
     }
 }
 
+/// Writes `v` (at most [`MAX`]) into the front of `dst` (at least 4 bytes); returns the
+/// number of bytes written.
+#[inline]
+pub fn write_into(dst: &mut [u8], mut v: u32) -> usize {
+    debug_assert!(v <= MAX && dst.len() >= 4);
+    let mut i = 0;
+    while i < dst.len() {
+        let mut byte = (v & 0x7f) as u8;
+        v >>= 7;
+        if v > 0 {
+            byte |= 0x80;
+        }
+        dst[i] = byte;
+        i += 1;
+        if v == 0 {
+            break;
+        }
+    }
+    i
+}
+
 /// Reads a Variable Byte Integer from the start of `data`.
 /// `Ok(None)`: `data` ends before the integer does. `Ok(Some((value, bytes used)))` otherwise.
 #[inline]

@@ -103,7 +103,7 @@ impl<'a> Reader<'a> {
     }
 
     /// `n` bytes, sliced from the owner when there is one.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take(&mut self, n: usize, field: &'static str) -> Result<Bytes, DecodeError> {
         if self.remaining() < n {
             return Err(self.truncated(field));
@@ -116,7 +116,43 @@ impl<'a> Reader<'a> {
         })
     }
 
+    /// Where the next read starts (an offset into the whole packet).
+    #[inline]
+    pub(crate) fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// A UTF-8 Encoded String that must be a topic name: one pass decides the common case
+    /// (printable ASCII without wildcards); anything else takes the full checks.
+    #[inline]
+    pub(crate) fn topic_name(&mut self) -> Result<MqttStr, DecodeError> {
+        let n = self.u16("topic name")? as usize;
+        let start = self.pos;
+        let Some(raw) = self.data.get(start..start + n) else {
+            return Err(self.truncated("topic name"));
+        };
+        if crate::topic::is_plain_topic_name(raw) {
+            let bytes = self.take(n, "topic name")?;
+            return Ok(MqttStr::from_validated(bytes));
+        }
+        let bytes = self.take(n, "topic name")?;
+        let topic = MqttStr::from_bytes(bytes).map_err(|e| match e {
+            StringError::NullCharacter => DecodeError::NullCharacter {
+                field: "topic name",
+            },
+            StringError::InvalidUtf8 | StringError::TooLong(_) => DecodeError::InvalidUtf8 {
+                field: "topic name",
+            },
+        })?;
+        if !topic.is_empty() {
+            crate::topic::check_topic_name(topic.as_bytes())
+                .map_err(|reason| DecodeError::InvalidTopicName { reason })?;
+        }
+        Ok(topic)
+    }
+
     /// Binary Data (§1.5.6): a two-byte length and that many bytes.
+    #[inline(always)]
     pub(crate) fn binary(&mut self, field: &'static str) -> Result<Bytes, DecodeError> {
         let n = self.u16(field)? as usize;
         self.take(n, field)

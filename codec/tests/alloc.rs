@@ -171,29 +171,41 @@ fn encode_header(f: &mut Findings) {
 }
 
 fn outbound(f: &mut Findings) {
-    for protocol in [Protocol::V311, Protocol::V5] {
-        let opts = EncodeOptions::new(protocol);
-        // More packets than fit the header buffer at once, so it is reclaimed many times.
-        let p = publish(protocol, QoS::AtLeastOnce, PacketId::new(9));
-        let mut out = Outbound::with_capacity(4096, 64);
-        f.measure(
-            &format!("Outbound push_publish + seal + advance {protocol}"),
-            (ROUNDS * 8) as u64,
-            || {
-                for _ in 0..ROUNDS {
-                    for _ in 0..8 {
-                        out.push_publish(&p, &opts).unwrap();
+    // Payloads shared as their own chunks (inline_max 0), then copied next to their headers
+    // (the default for 100-byte payloads).
+    for inline_max in [0, 512] {
+        for protocol in [Protocol::V311, Protocol::V5] {
+            let opts = EncodeOptions::new(protocol);
+            // More packets than fit the header buffer at once, so it is reclaimed many times.
+            let p = publish(protocol, QoS::AtLeastOnce, PacketId::new(9));
+            let mut out = Outbound::with_capacity(4096, 64);
+            out.set_inline_max(inline_max);
+            f.measure(
+                &format!(
+                    "Outbound push_publish + seal + advance {protocol}, inline_max {inline_max}"
+                ),
+                (ROUNDS * 8) as u64,
+                || {
+                    for _ in 0..ROUNDS {
+                        for _ in 0..8 {
+                            out.push_publish(&p, &opts).unwrap();
+                        }
+                        out.seal();
+                        if inline_max == 0 {
+                            assert_eq!(out.chunk_count(), 16, "8 headers, 8 shared payloads");
+                        } else {
+                            // One header block, or two when the block was renewed meanwhile.
+                            assert!(out.chunk_count() <= 2, "{}", out.chunk_count());
+                        }
+                        // Written in two parts, the first ending inside a chunk.
+                        let n = out.len();
+                        out.advance(n / 2 + 3);
+                        out.advance(n - (n / 2 + 3));
+                        assert!(out.is_empty());
                     }
-                    out.seal();
-                    assert_eq!(out.chunk_count(), 16);
-                    // Written in two parts, the first ending inside a chunk.
-                    let n = out.len();
-                    out.advance(n / 2 + 3);
-                    out.advance(n - (n / 2 + 3));
-                    assert!(out.is_empty());
-                }
-            },
-        );
+                },
+            );
+        }
     }
 }
 

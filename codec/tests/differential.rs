@@ -42,8 +42,8 @@ use mqttbytes::{v4, v5};
 use proptest::prelude::*;
 use spillway_codec::{
     Ack, ConnAck, Connect, DecodeOptions, Decoded, Disconnect, EncodeOptions, MqttStr, Packet,
-    Properties, Protocol, Publish, QoS, ReasonCode, RetainHandling, SubAck, Subscribe,
-    Subscription, SubscriptionOptions, UnsubAck, Unsubscribe, Will, decode,
+    Properties, PropertyFields, Protocol, Publish, QoS, ReasonCode, RetainHandling, SubAck,
+    Subscribe, Subscription, SubscriptionOptions, UnsubAck, Unsubscribe, Will, decode,
 };
 
 use common::{V3, V5};
@@ -333,11 +333,11 @@ fn ack_props_v5(p: &Properties) -> Option<AckProps> {
 }
 
 fn ack_props_ours(reason_string: Option<String>, user: Vec<(String, String)>) -> Properties {
-    Properties {
+    Properties::from(PropertyFields {
         reason_string: reason_string.map(s),
         user_properties: user_props_ours(user),
-        ..Properties::default()
-    }
+        ..PropertyFields::default()
+    })
 }
 
 fn will_props_v5(p: &Properties) -> Option<v5::WillProperties> {
@@ -686,9 +686,8 @@ fn from_v5(p: v5::Packet) -> Packet {
                 ),
                 None => (None, None),
             };
-            let properties = c
-                .properties
-                .map_or_else(Properties::default, |p| Properties {
+            let properties = c.properties.map_or_else(Properties::default, |p| {
+                Properties::from(PropertyFields {
                     session_expiry_interval: p.session_expiry_interval,
                     receive_maximum: p.receive_maximum.map(|v| NonZeroU16::new(v).unwrap()),
                     maximum_packet_size: p.max_packet_size.map(|v| NonZeroU32::new(v).unwrap()),
@@ -698,8 +697,9 @@ fn from_v5(p: v5::Packet) -> Packet {
                     user_properties: user_props_ours(p.user_properties),
                     authentication_method: p.authentication_method.map(s),
                     authentication_data: p.authentication_data,
-                    ..Properties::default()
-                });
+                    ..PropertyFields::default()
+                })
+            });
             Packet::Connect(Box::new(Connect {
                 protocol: V5,
                 clean_start: c.clean_session,
@@ -711,9 +711,8 @@ fn from_v5(p: v5::Packet) -> Packet {
                     payload: w.message,
                     qos: our_qos(w.qos),
                     retain: w.retain,
-                    properties: w
-                        .properties
-                        .map_or_else(Properties::default, |p| Properties {
+                    properties: w.properties.map_or_else(Properties::default, |p| {
+                        Properties::from(PropertyFields {
                             will_delay_interval: p.delay_interval,
                             payload_format_indicator: unflag(p.payload_format_indicator),
                             message_expiry_interval: p.message_expiry_interval,
@@ -721,8 +720,9 @@ fn from_v5(p: v5::Packet) -> Packet {
                             response_topic: p.response_topic.map(s),
                             correlation_data: p.correlation_data,
                             user_properties: user_props_ours(p.user_properties),
-                            ..Properties::default()
-                        }),
+                            ..PropertyFields::default()
+                        })
+                    }),
                 }),
                 username,
                 password,
@@ -731,9 +731,8 @@ fn from_v5(p: v5::Packet) -> Packet {
         v5::Packet::ConnAck(a) => Packet::ConnAck(ConnAck {
             session_present: a.session_present,
             code: ReasonCode(a.code as u8),
-            properties: a
-                .properties
-                .map_or_else(Properties::default, |p| Properties {
+            properties: a.properties.map_or_else(Properties::default, |p| {
+                Properties::from(PropertyFields {
                     session_expiry_interval: p.session_expiry_interval,
                     receive_maximum: p.receive_max.map(|v| NonZeroU16::new(v).unwrap()),
                     maximum_qos: p.max_qos.map(|q| QoS::from_u8(q).unwrap()),
@@ -751,8 +750,9 @@ fn from_v5(p: v5::Packet) -> Packet {
                     server_reference: p.server_reference.map(s),
                     authentication_method: p.authentication_method.map(s),
                     authentication_data: p.authentication_data,
-                    ..Properties::default()
-                }),
+                    ..PropertyFields::default()
+                })
+            }),
         }),
         v5::Packet::Publish(p) => Packet::Publish(Publish {
             dup: p.dup,
@@ -760,9 +760,8 @@ fn from_v5(p: v5::Packet) -> Packet {
             retain: p.retain,
             topic: s(p.topic),
             packet_id: NonZeroU16::new(p.pkid),
-            properties: p
-                .properties
-                .map_or_else(Properties::default, |p| Properties {
+            properties: p.properties.map_or_else(Properties::default, |p| {
+                Properties::from(PropertyFields {
                     payload_format_indicator: unflag(p.payload_format_indicator),
                     message_expiry_interval: p.message_expiry_interval,
                     topic_alias: p.topic_alias.map(|v| NonZeroU16::new(v).unwrap()),
@@ -775,8 +774,9 @@ fn from_v5(p: v5::Packet) -> Packet {
                         .map(|i| u32::try_from(i).unwrap())
                         .collect(),
                     content_type: p.content_type.map(s),
-                    ..Properties::default()
-                }),
+                    ..PropertyFields::default()
+                })
+            }),
             payload: p.payload,
         }),
         v5::Packet::PubAck(a) => Packet::PubAck(Ack {
@@ -809,17 +809,17 @@ fn from_v5(p: v5::Packet) -> Packet {
         }),
         v5::Packet::Subscribe(sb) => Packet::Subscribe(Subscribe {
             packet_id: pid(sb.pkid),
-            properties: sb
-                .properties
-                .map_or_else(Properties::default, |p| Properties {
+            properties: sb.properties.map_or_else(Properties::default, |p| {
+                Properties::from(PropertyFields {
                     subscription_identifiers: p
                         .id
                         .map(|i| u32::try_from(i).unwrap())
                         .into_iter()
                         .collect(),
                     user_properties: user_props_ours(p.user_properties),
-                    ..Properties::default()
-                }),
+                    ..PropertyFields::default()
+                })
+            }),
             subscriptions: sb
                 .filters
                 .into_iter()
@@ -853,12 +853,12 @@ fn from_v5(p: v5::Packet) -> Packet {
         }),
         v5::Packet::Unsubscribe(u) => Packet::Unsubscribe(Unsubscribe {
             packet_id: pid(u.pkid),
-            properties: u
-                .properties
-                .map_or_else(Properties::default, |p| Properties {
+            properties: u.properties.map_or_else(Properties::default, |p| {
+                Properties::from(PropertyFields {
                     user_properties: user_props_ours(p.user_properties),
-                    ..Properties::default()
-                }),
+                    ..PropertyFields::default()
+                })
+            }),
             filters: u.filters.into_iter().map(s).collect(),
         }),
         v5::Packet::UnsubAck(a) => Packet::UnsubAck(UnsubAck {
@@ -872,15 +872,15 @@ fn from_v5(p: v5::Packet) -> Packet {
         v5::Packet::PingResp => Packet::PingResp,
         v5::Packet::Disconnect(d) => Packet::Disconnect(Disconnect {
             reason: ReasonCode(d.reason_code as u8),
-            properties: d
-                .properties
-                .map_or_else(Properties::default, |p| Properties {
+            properties: d.properties.map_or_else(Properties::default, |p| {
+                Properties::from(PropertyFields {
                     session_expiry_interval: p.session_expiry_interval,
                     reason_string: p.reason_string.map(s),
                     user_properties: user_props_ours(p.user_properties),
                     server_reference: p.server_reference.map(s),
-                    ..Properties::default()
-                }),
+                    ..PropertyFields::default()
+                })
+            }),
         }),
     }
 }

@@ -18,9 +18,9 @@ use std::num::{NonZeroU16, NonZeroU32};
 use bytes::{Bytes, BytesMut};
 use spillway_codec::{
     Ack, Auth, ConnAck, Connect, DecodeOptions, Decoded, Disconnect, EncodeOptions, MqttStr,
-    Packet, PacketId, Properties, Protocol, Publish, QoS, ReasonCode, RetainHandling, SubAck,
-    Subscribe, Subscription, SubscriptionOptions, UnsubAck, Unsubscribe, Will, decode,
-    decode_bytes, varint,
+    Packet, PacketId, Properties, PropertyFields, Protocol, Publish, QoS, ReasonCode,
+    RetainHandling, SubAck, Subscribe, Subscription, SubscriptionOptions, UnsubAck, Unsubscribe,
+    Will, decode, decode_bytes, varint,
 };
 
 const V3: Protocol = Protocol::V311;
@@ -157,7 +157,7 @@ fn connect_v311_minimal() {
 
 #[test]
 fn connect_v5_with_every_connect_and_will_property() {
-    let props = Properties {
+    let props = Properties::from(PropertyFields {
         session_expiry_interval: Some(3600),
         authentication_method: Some(s("SCRAM")),
         authentication_data: Some(b(&[1, 2, 3])),
@@ -167,18 +167,18 @@ fn connect_v5_with_every_connect_and_will_property() {
         topic_alias_maximum: Some(10),
         user_properties: vec![(s("k"), s("v"))],
         maximum_packet_size: NonZeroU32::new(1024),
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
 
-    let will_props = Properties {
+    let will_props = Properties::from(PropertyFields {
         payload_format_indicator: Some(true),
         message_expiry_interval: Some(60),
         content_type: Some(s("text/plain")),
         response_topic: Some(s("r/t")),
         correlation_data: Some(b(&[0xAB, 0xCD])),
         will_delay_interval: Some(5),
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
 
     let packet = Packet::Connect(Box::new(Connect {
         protocol: V5,
@@ -306,7 +306,7 @@ fn connack_v311() {
 
 #[test]
 fn connack_v5_with_server_limits() {
-    let p = Properties {
+    let p = Properties::from(PropertyFields {
         session_expiry_interval: Some(120),
         assigned_client_identifier: Some(s("auto-1")),
         server_keep_alive: Some(45),
@@ -321,8 +321,8 @@ fn connack_v5_with_server_limits() {
         wildcard_subscription_available: Some(true),
         subscription_identifier_available: Some(false),
         shared_subscription_available: Some(true),
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
     let packet = Packet::ConnAck(ConnAck {
         session_present: true,
         code: ReasonCode::SUCCESS,
@@ -369,10 +369,10 @@ fn connack_v5_with_server_limits() {
 
 #[test]
 fn connack_v5_refusals() {
-    let p = Properties {
+    let p = Properties::from(PropertyFields {
         reason_string: Some(s("denied")),
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
     let packet = Packet::ConnAck(ConnAck {
         session_present: false,
         code: ReasonCode::NOT_AUTHORIZED,
@@ -390,10 +390,10 @@ fn connack_v5_refusals() {
     golden(V5, packet, &bytes);
 
     // §3.2.2.3.16: server reference (0x1C) with 0x9C "use another server".
-    let p = Properties {
+    let p = Properties::from(PropertyFields {
         server_reference: Some(s("other")),
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
     let packet = Packet::ConnAck(ConnAck {
         session_present: false,
         code: ReasonCode::USE_ANOTHER_SERVER,
@@ -503,7 +503,7 @@ fn publish_v5_without_properties() {
 
 #[test]
 fn publish_v5_with_every_property() {
-    let p = Properties {
+    let p = Properties::from(PropertyFields {
         payload_format_indicator: Some(true),
         message_expiry_interval: Some(10),
         content_type: Some(s("json")),
@@ -512,8 +512,8 @@ fn publish_v5_with_every_property() {
         subscription_identifiers: vec![1, 300],
         topic_alias: NonZeroU16::new(5),
         user_properties: vec![(s("k"), s("v1")), (s("k"), s("v2"))],
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
     let packet = Packet::Publish(Publish {
         dup: true,
         qos: QoS::AtLeastOnce,
@@ -558,10 +558,10 @@ fn publish_v5_with_every_property() {
 
 #[test]
 fn publish_v5_topic_alias_with_empty_topic() {
-    let p = Properties {
+    let p = Properties::from(PropertyFields {
         topic_alias: NonZeroU16::new(5),
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
     let packet = Packet::Publish(Publish {
         dup: false,
         qos: QoS::ExactlyOnce,
@@ -770,11 +770,11 @@ fn subscribe_v311() {
 
 #[test]
 fn subscribe_v5_with_options_and_subscription_identifier() {
-    let p = Properties {
+    let p = Properties::from(PropertyFields {
         subscription_identifiers: vec![128],
         user_properties: vec![(s("s"), s("1"))],
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
     let packet = Packet::Subscribe(Subscribe {
         packet_id: pid(11),
         properties: p,
@@ -843,10 +843,10 @@ fn suback_v311() {
 
 #[test]
 fn suback_v5() {
-    let p = Properties {
+    let p = Properties::from(PropertyFields {
         reason_string: Some(s("ok")),
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
     let packet = Packet::SubAck(SubAck {
         packet_id: pid(11),
         properties: p,
@@ -895,10 +895,10 @@ fn unsubscribe_v311() {
 
 #[test]
 fn unsubscribe_v5() {
-    let p = Properties {
+    let p = Properties::from(PropertyFields {
         user_properties: vec![(s("u"), s("v"))],
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
     let packet = Packet::Unsubscribe(Unsubscribe {
         packet_id: pid(13),
         properties: p,
@@ -947,10 +947,10 @@ fn unsuback_v5() {
     );
 
     // §3.11.2.1.2 reason string (0x1F) "no": remaining length 2 + 1 + 5 + 1 = 9.
-    let p = Properties {
+    let p = Properties::from(PropertyFields {
         reason_string: Some(s("no")),
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
     let packet = Packet::UnsubAck(UnsubAck {
         packet_id: pid(14),
         properties: p,
@@ -999,12 +999,12 @@ fn disconnect_v5() {
     // §3.14.2.2: reason 0x9C use another server, with session expiry interval (0x11) 0,
     // server reference (0x1C) "srv2" and reason string (0x1F) "bye": property length 18,
     // remaining length 20.
-    let p = Properties {
+    let p = Properties::from(PropertyFields {
         session_expiry_interval: Some(0),
         server_reference: Some(s("srv2")),
         reason_string: Some(s("bye")),
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
     let bytes = cat(&[
         &[0xE0, 20, 0x9C, 18],
         &[0x11, 0x00, 0x00, 0x00, 0x00],
@@ -1034,11 +1034,11 @@ fn auth_v5() {
     // §3.15.1 type 15 = 0xF0; §3.15.2.1 reason 0x18 continue authentication; §3.15.2.2
     // property length 15: authentication method (0x15) "SCRAM", authentication data (0x16)
     // DE AD BE EF. Remaining length 17.
-    let p = Properties {
+    let p = Properties::from(PropertyFields {
         authentication_method: Some(s("SCRAM")),
         authentication_data: Some(b(&[0xDE, 0xAD, 0xBE, 0xEF])),
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
     let bytes = cat(&[
         &[0xF0, 17, 0x18, 15],
         &[0x15, 0x00, 0x05, b'S', b'C', b'R', b'A', b'M'],
@@ -1053,11 +1053,11 @@ fn auth_v5() {
         &bytes,
     );
     // 0x19 re-authenticate with the method and a reason string (0x1F) "r": 17 - 7 + 4 = 14.
-    let p = Properties {
+    let p = Properties::from(PropertyFields {
         authentication_method: Some(s("SCRAM")),
         reason_string: Some(s("r")),
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
     let bytes = cat(&[
         &[0xF0, 14, 0x19, 12],
         &[0x15, 0x00, 0x05, b'S', b'C', b'R', b'A', b'M'],
@@ -1092,11 +1092,11 @@ fn properties_in_any_order_decode_the_same() {
     decodes_to(V5, &bytes, &Packet::PubAck(a));
 
     // A PUBLISH with topic alias first and payload format last.
-    let p = Properties {
+    let p = Properties::from(PropertyFields {
         topic_alias: NonZeroU16::new(2),
         payload_format_indicator: Some(false),
-        ..Properties::default()
-    };
+        ..PropertyFields::default()
+    });
     let packet = Packet::Publish(Publish {
         properties: p,
         ..publish(QoS::AtMostOnce, false, false, "t", None, b"")
@@ -1174,10 +1174,10 @@ fn variable_byte_integer_as_subscription_identifier() {
     // MQTT 5 §3.3.2.3.8: the subscription identifier is a Variable Byte Integer, 1 to
     // 268,435,455. PUBLISH QoS 0, topic "t", one identifier, empty payload.
     for &(id, enc) in &VARINT_TABLE[1..] {
-        let p = Properties {
+        let p = Properties::from(PropertyFields {
             subscription_identifiers: vec![id],
-            ..Properties::default()
-        };
+            ..PropertyFields::default()
+        });
         let packet = Packet::Publish(Publish {
             properties: p,
             ..publish(QoS::AtMostOnce, false, false, "t", None, b"")

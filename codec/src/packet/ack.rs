@@ -38,6 +38,7 @@ impl Ack {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn read(r: &mut Reader<'_>, protocol: Protocol) -> Result<Self, DecodeError> {
         let packet_id = r.packet_id()?;
         let mut ack = Ack::new(packet_id);

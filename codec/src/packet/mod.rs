@@ -6,7 +6,7 @@ use std::fmt;
 use bytes::{Buf, Bytes, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
-use crate::types::Protocol;
+use crate::types::{PacketId, Protocol};
 use crate::varint;
 use crate::wire::Reader;
 
@@ -197,6 +197,7 @@ struct FixedHeader {
 
 /// Reads the fixed header. `Ok(Err(needed))` when the buffer is too short for it or for the
 /// whole packet.
+#[inline(always)]
 fn fixed_header(
     data: &[u8],
     opts: &DecodeOptions,
@@ -257,14 +258,52 @@ fn needs_owner(kind: PacketType) -> bool {
     )
 }
 
+/// The 4-byte short form of PUBACK, PUBREC, PUBREL and PUBCOMP (remaining length 2: on MQTT
+/// 5 it means reason 0x00 and no properties, §3.4.2.1): the packets a publisher receives most,
+/// decoded without the general machinery. `None` sends anything else, including the error
+/// cases, down the general path.
+#[inline(always)]
+fn short_ack(data: &[u8], opts: &DecodeOptions) -> Option<Packet> {
+    let &[first, 2, hi, lo, ..] = data else {
+        return None;
+    };
+    if opts.max_packet_size < 4 {
+        return None;
+    }
+    let ack = Ack::new(PacketId::new(u16::from_be_bytes([hi, lo]))?);
+    match first {
+        0x40 => Some(Packet::PubAck(ack)),
+        0x50 => Some(Packet::PubRec(ack)),
+        0x62 => Some(Packet::PubRel(ack)),
+        0x70 => Some(Packet::PubComp(ack)),
+        _ => None,
+    }
+}
+
 /// Decodes one packet from the front of `src`, consuming its bytes when it is whole.
 /// A partial packet is never an error: it answers [`Decoded::Incomplete`].
 /// After an error the buffer's content is unspecified and the connection must be closed.
+#[inline]
 pub fn decode(src: &mut BytesMut, opts: &DecodeOptions) -> Result<Decoded, DecodeError> {
+    if let Some(packet) = short_ack(src, opts) {
+        src.advance(4);
+        return Ok(Decoded::Packet(packet));
+    }
+    decode_general(src, opts)
+}
+
+/// Everything but the short acknowledgements, out of line so that the fast path above stays
+/// a few instructions with no stack frame to set up.
+#[inline(never)]
+fn decode_general(src: &mut BytesMut, opts: &DecodeOptions) -> Result<Decoded, DecodeError> {
     let h = match fixed_header(src, opts)? {
         Ok(h) => h,
         Err(needed) => return Ok(Decoded::Incomplete { needed }),
     };
+    if h.kind == PacketType::Publish {
+        let bytes = src.split_to(h.total).freeze();
+        return decode_publish(&h, bytes, opts.protocol).map(Decoded::Packet);
+    }
     if needs_owner(h.kind) {
         let bytes = src.split_to(h.total).freeze();
         let packet = decode_body(&h, &bytes, Some(&bytes), opts.protocol)?;
@@ -276,18 +315,48 @@ pub fn decode(src: &mut BytesMut, opts: &DecodeOptions) -> Result<Decoded, Decod
     }
 }
 
-/// Like [`decode`] for a `Bytes` buffer (the front packet is sliced off `src`).
+/// Like [`decode`] for a `Bytes` buffer (the front packet is split off `src`).
+#[inline]
 pub fn decode_bytes(src: &mut Bytes, opts: &DecodeOptions) -> Result<Decoded, DecodeError> {
+    if let Some(packet) = short_ack(src, opts) {
+        src.advance(4);
+        return Ok(Decoded::Packet(packet));
+    }
+    decode_bytes_general(src, opts)
+}
+
+#[inline(never)]
+fn decode_bytes_general(src: &mut Bytes, opts: &DecodeOptions) -> Result<Decoded, DecodeError> {
     let h = match fixed_header(src, opts)? {
         Ok(h) => h,
         Err(needed) => return Ok(Decoded::Incomplete { needed }),
     };
-    let bytes = src.slice(..h.total);
-    let packet = decode_body(&h, &bytes, Some(&bytes), opts.protocol)?;
-    src.advance(h.total);
-    Ok(Decoded::Packet(packet))
+    let bytes = src.split_to(h.total);
+    if h.kind == PacketType::Publish {
+        return decode_publish(&h, bytes, opts.protocol).map(Decoded::Packet);
+    }
+    decode_body(&h, &bytes, Some(&bytes), opts.protocol).map(Decoded::Packet)
 }
 
+/// PUBLISH: the topic is sliced out of the packet and the packet's own `Bytes`, advanced past
+/// the header, becomes the payload.
+#[inline(always)]
+fn decode_publish(
+    h: &FixedHeader,
+    mut bytes: Bytes,
+    protocol: Protocol,
+) -> Result<Packet, DecodeError> {
+    let (mut publish, start) = {
+        let mut r = Reader::new(&bytes, h.header_len, Some(&bytes), h.kind);
+        let p = Publish::read_head(&mut r, h.flags, protocol == Protocol::V5)?;
+        (p, r.position())
+    };
+    bytes.advance(start);
+    publish.payload = bytes;
+    Ok(Packet::Publish(publish))
+}
+
+#[inline(always)]
 fn decode_body(
     h: &FixedHeader,
     data: &[u8],
@@ -299,7 +368,11 @@ fn decode_body(
     let packet = match h.kind {
         PacketType::Connect => Packet::Connect(Box::new(Connect::read(&mut r)?)),
         PacketType::ConnAck => Packet::ConnAck(ConnAck::read(&mut r, protocol)?),
-        PacketType::Publish => Packet::Publish(Publish::read(&mut r, h.flags, v5)?),
+        PacketType::Publish => {
+            let mut p = Publish::read_head(&mut r, h.flags, v5)?;
+            p.payload = r.rest();
+            Packet::Publish(p)
+        }
         PacketType::PubAck => Packet::PubAck(Ack::read(&mut r, protocol)?),
         PacketType::PubRec => Packet::PubRec(Ack::read(&mut r, protocol)?),
         PacketType::PubRel => Packet::PubRel(Ack::read(&mut r, protocol)?),

@@ -3,14 +3,15 @@
 use std::fmt;
 use std::num::NonZeroU16;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 
 use super::EncodeOptions;
 use crate::error::{DecodeError, EncodeError};
 use crate::properties::{Properties, PropertyContext};
 use crate::string::MqttStr;
+use crate::topic::is_plain_topic_name;
 use crate::types::{PacketId, Protocol, QoS};
-use crate::wire::{Reader, field_len, put_binary, put_fixed_header};
+use crate::wire::{Reader, field_len};
 
 /// An application message. The payload is its own `Bytes`: decoding slices it out of the
 /// receive buffer, and [`Publish::encode_header`] hands it back instead of copying it.
@@ -42,7 +43,10 @@ impl Publish {
         }
     }
 
-    pub(crate) fn read(r: &mut Reader<'_>, flags: u8, v5: bool) -> Result<Self, DecodeError> {
+    /// Reads everything but the payload, which starts at `r.position()` and runs to the end
+    /// of the packet; the caller attaches it (moving the packet's `Bytes`, not slicing it).
+    #[inline(always)]
+    pub(crate) fn read_head(r: &mut Reader<'_>, flags: u8, v5: bool) -> Result<Self, DecodeError> {
         let dup = flags & 0b1000 != 0;
         let qos = QoS::from_u8((flags >> 1) & 0b11).ok_or(DecodeError::InvalidQos {
             field: "PUBLISH",
@@ -52,7 +56,7 @@ impl Publish {
         if dup && qos == QoS::AtMostOnce {
             return Err(DecodeError::DupWithQos0);
         }
-        let topic = r.string("topic name")?;
+        let topic = r.topic_name()?;
         let packet_id = if qos == QoS::AtMostOnce {
             None
         } else {
@@ -63,18 +67,11 @@ impl Publish {
         } else {
             Properties::default()
         };
-        if topic.is_empty() {
-            if properties.topic_alias.is_none() {
-                return Err(DecodeError::InvalidTopicName {
-                    reason: "empty topic name without a topic alias",
-                });
-            }
-        } else if has_wildcard(topic.as_bytes()) {
+        if topic.is_empty() && properties.topic_alias.is_none() {
             return Err(DecodeError::InvalidTopicName {
-                reason: "wildcard character in a topic name",
+                reason: "empty topic name without a topic alias",
             });
         }
-        let payload = r.rest();
         Ok(Publish {
             dup,
             qos,
@@ -82,13 +79,14 @@ impl Publish {
             topic,
             packet_id,
             properties,
-            payload,
+            payload: Bytes::new(),
         })
     }
 
     /// Appends the fixed header, topic, packet id and properties to `out`, and returns the
     /// payload, which the caller writes after them (as its own buffer in a vectored write).
     /// Nothing is appended on error.
+    #[inline]
     pub fn encode_header(
         &self,
         out: &mut BytesMut,
@@ -108,6 +106,7 @@ impl Publish {
     }
 
     /// Remaining length and property-block length.
+    #[inline]
     fn remaining_len(
         &self,
         protocol: Protocol,
@@ -139,6 +138,7 @@ impl Publish {
     /// The encoder behind [`Publish::encode_header`], with the fields a session decides per
     /// connection: packet id, DUP, and how the topic goes out (plain, alias only, or both).
     /// Returns the packet size.
+    #[inline]
     pub(crate) fn encode_parts(
         &self,
         out: &mut BytesMut,
@@ -153,43 +153,55 @@ impl Publish {
         if dup && self.qos == QoS::AtMostOnce {
             return Err(EncodeError::DupWithQos0);
         }
-        match topic_out {
-            TopicOut::AliasOnly(_) => {}
-            TopicOut::Plain if self.topic.is_empty() && self.properties.topic_alias.is_some() => {
-                if opts.protocol != Protocol::V5 {
+        let topic: &[u8] = match topic_out {
+            TopicOut::AliasOnly(_) => &[],
+            _ => self.topic.as_bytes(),
+        };
+        // One pass settles the usual topic; anything else gets the full rules.
+        if !matches!(topic_out, TopicOut::AliasOnly(_)) && !is_plain_topic_name(topic) {
+            if topic.is_empty() {
+                let alias_in_props = matches!(topic_out, TopicOut::Plain)
+                    && self.properties.topic_alias.is_some()
+                    && opts.protocol == Protocol::V5;
+                if !alias_in_props {
                     return Err(EncodeError::InvalidTopicName {
                         reason: "empty topic name",
                     });
                 }
-            }
-            _ => {
-                if self.topic.is_empty() {
-                    return Err(EncodeError::InvalidTopicName {
-                        reason: "empty topic name",
-                    });
-                }
-                if has_wildcard(self.topic.as_bytes()) {
-                    return Err(EncodeError::InvalidTopicName {
-                        reason: "wildcard character in a topic name",
-                    });
-                }
+            } else if has_wildcard(topic) {
+                return Err(EncodeError::InvalidTopicName {
+                    reason: "wildcard character in a topic name",
+                });
             }
         }
         let (remaining, props_len) = self.remaining_len(opts.protocol, packet_id, topic_out)?;
         let first = 0x30 | (u8::from(dup) << 3) | ((self.qos as u8) << 1) | u8::from(self.retain);
-        let total = put_fixed_header(
-            out,
-            first,
-            remaining,
-            opts.max_packet_size,
-            self.payload.len(),
-        )?;
-        match topic_out {
-            TopicOut::AliasOnly(_) => out.put_u16(0),
-            _ => put_binary(out, self.topic.as_bytes()),
+        if remaining > crate::varint::MAX as usize {
+            return Err(EncodeError::PacketTooLarge {
+                size: remaining + 5,
+                max: crate::varint::MAX,
+            });
         }
+        // Fixed header and topic length in one small array: fewer appends, each of which
+        // checks the buffer's capacity.
+        let mut head = [0u8; 7];
+        head[0] = first;
+        let vlen = crate::varint::write_into(&mut head[1..5], remaining as u32);
+        let total = 1 + vlen + remaining;
+        if total > opts.max_packet_size as usize {
+            return Err(EncodeError::PacketTooLarge {
+                size: total,
+                max: opts.max_packet_size,
+            });
+        }
+        let topic_len = (topic.len() as u16).to_be_bytes();
+        head[1 + vlen] = topic_len[0];
+        head[2 + vlen] = topic_len[1];
+        out.reserve(total - self.payload.len());
+        out.extend_from_slice(&head[..3 + vlen]);
+        out.extend_from_slice(topic);
         if let Some(id) = packet_id {
-            out.put_u16(id.get());
+            out.extend_from_slice(&id.get().to_be_bytes());
         }
         if opts.protocol == Protocol::V5 {
             self.properties.put(out, props_len, topic_out.alias());

@@ -424,8 +424,11 @@ impl<T> Session<T> {
         publish.dup = false;
         if publish.qos == QoS::AtMostOnce {
             publish.packet_id = None;
-            return match self.send_publish(&publish, None, false, out) {
+            return match encode_publish(&mut self.aliases, &self.encode, &publish, None, false, out)
+            {
                 Ok(()) => {
+                    // The message is not kept: its payload moves into the queue.
+                    out.push_payload(publish.payload);
                     self.last_sent = Some(now);
                     Ok(Sent::AtMostOnce(token))
                 }
@@ -439,9 +442,17 @@ impl<T> Session<T> {
             return fail(PublishErrorKind::WindowFull, publish, token);
         };
         // Encode first, store after: a message that cannot be encoded never takes an id.
-        if let Err(e) = self.send_publish(&publish, Some(id), false, out) {
+        if let Err(e) = encode_publish(
+            &mut self.aliases,
+            &self.encode,
+            &publish,
+            Some(id),
+            false,
+            out,
+        ) {
             return fail(PublishErrorKind::Encode(e), publish, token);
         }
+        out.push_payload_ref(&publish.payload);
         match self.window.insert(publish, token) {
             Ok(id) => {
                 self.on_wire += 1;
@@ -454,48 +465,24 @@ impl<T> Session<T> {
 
     /// Encodes the PUBLISH (or PUBREL) of a held message and counts it on the wire.
     fn transmit(&mut self, id: PacketId, dup: bool, out: &mut Outbound) -> Result<(), EncodeError> {
-        let Some(entry) = self.window.get(id) else {
+        let Some(entry) = self.window.get_mut(id) else {
             return Ok(());
         };
         if entry.stage == Stage::AwaitComp {
-            let opts = self.encode;
-            Packet::PubRel(Ack::new(id)).encode(out.buf(), &opts)?;
+            Packet::PubRel(Ack::new(id)).encode(out.buf(), &self.encode)?;
         } else {
-            // Borrow juggling: the publish lives in the window while aliases change.
-            let publish = entry.publish.clone();
-            self.send_publish(&publish, Some(id), dup, out)?;
+            encode_publish(
+                &mut self.aliases,
+                &self.encode,
+                &entry.publish,
+                Some(id),
+                dup,
+                out,
+            )?;
+            out.push_payload_ref(&entry.publish.payload);
         }
-        if let Some(e) = self.window.get_mut(id) {
-            e.on_wire = true;
-        }
+        entry.on_wire = true;
         self.on_wire += 1;
-        Ok(())
-    }
-
-    fn send_publish(
-        &mut self,
-        publish: &Publish,
-        id: Option<PacketId>,
-        dup: bool,
-        out: &mut Outbound,
-    ) -> Result<(), EncodeError> {
-        let alias = if self.cfg.protocol == Protocol::V5 && publish.properties.topic_alias.is_none()
-        {
-            self.aliases.lookup(publish.topic.bytes())
-        } else {
-            AliasUse::None
-        };
-        let topic_out = match alias {
-            AliasUse::None => TopicOut::Plain,
-            AliasUse::Assign(a) => TopicOut::WithAlias(a),
-            AliasUse::Reuse(a) => TopicOut::AliasOnly(a),
-        };
-        let opts = self.encode;
-        publish.encode_parts(out.buf(), &opts, id, dup, topic_out)?;
-        out.push_payload(publish.payload.clone());
-        if let AliasUse::Assign(a) = alias {
-            self.aliases.commit(publish.topic.bytes(), a);
-        }
         Ok(())
     }
 
@@ -563,7 +550,7 @@ impl<T> Session<T> {
 
     fn on_connack(
         &mut self,
-        ack: ConnAck,
+        mut ack: ConnAck,
         out: &mut Outbound,
         now: Instant,
     ) -> Result<Event<T>, SessionError> {
@@ -572,7 +559,7 @@ impl<T> Session<T> {
             return Err(SessionError::ConnectionRefused {
                 protocol: self.cfg.protocol,
                 code: ack.code,
-                reason_string: ack.properties.reason_string,
+                reason_string: ack.properties.take_reason_string(),
             });
         }
         self.state = State::Connected;
@@ -651,7 +638,7 @@ impl<T> Session<T> {
         }))
     }
 
-    fn on_ack(&mut self, ack: Ack, kind: PacketType) -> Result<Option<Event<T>>, SessionError> {
+    fn on_ack(&mut self, mut ack: Ack, kind: PacketType) -> Result<Option<Event<T>>, SessionError> {
         let id = ack.packet_id;
         let expected = match kind {
             PacketType::PubAck => (QoS::AtLeastOnce, Stage::AwaitAck),
@@ -666,13 +653,13 @@ impl<T> Session<T> {
                 });
             }
         }
-        let ev = self.complete(id, ack.reason, ack.properties.reason_string);
+        let ev = self.complete(id, ack.reason, ack.properties.take_reason_string());
         Ok(ev)
     }
 
     fn on_pubrec(
         &mut self,
-        ack: Ack,
+        mut ack: Ack,
         out: &mut Outbound,
         now: Instant,
     ) -> Result<Option<Event<T>>, SessionError> {
@@ -688,7 +675,7 @@ impl<T> Session<T> {
         };
         if ack.reason.is_error() {
             // MQTT 5 §4.3.3: a PUBREC with an error code ends the flow; no PUBREL.
-            return Ok(self.complete(id, ack.reason, ack.properties.reason_string));
+            return Ok(self.complete(id, ack.reason, ack.properties.take_reason_string()));
         }
         if stage == Stage::AwaitAck
             && let Some(e) = self.window.get_mut(id)
@@ -816,4 +803,32 @@ impl<T> Session<T> {
             .map(|e| (e.publish, e.token))
             .collect()
     }
+}
+
+/// Encodes the header of a PUBLISH (not its payload: the caller queues it, moved or shared)
+/// with the topic alias the connection's table gives it. A free function so that the message
+/// can stay borrowed from the window while the alias table changes.
+fn encode_publish(
+    aliases: &mut Aliases,
+    opts: &EncodeOptions,
+    publish: &Publish,
+    id: Option<PacketId>,
+    dup: bool,
+    out: &mut Outbound,
+) -> Result<(), EncodeError> {
+    let alias = if opts.protocol == Protocol::V5 && publish.properties.topic_alias.is_none() {
+        aliases.lookup(publish.topic.bytes())
+    } else {
+        AliasUse::None
+    };
+    let topic_out = match alias {
+        AliasUse::None => TopicOut::Plain,
+        AliasUse::Assign(a) => TopicOut::WithAlias(a),
+        AliasUse::Reuse(a) => TopicOut::AliasOnly(a),
+    };
+    publish.encode_parts(out.buf(), opts, id, dup, topic_out)?;
+    if let AliasUse::Assign(a) = alias {
+        aliases.commit(publish.topic.bytes(), a);
+    }
+    Ok(())
 }

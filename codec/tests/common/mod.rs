@@ -17,8 +17,8 @@ use proptest::sample::select;
 use spillway_codec::properties::id;
 use spillway_codec::{
     Ack, Auth, ConnAck, Connect, Disconnect, MqttStr, Packet, PacketId, PacketType, Properties,
-    PropertyContext, Protocol, Publish, QoS, ReasonCode, RetainHandling, SubAck, Subscribe,
-    Subscription, SubscriptionOptions, UnsubAck, Unsubscribe, Will,
+    PropertyContext, PropertyFields, Protocol, Publish, QoS, ReasonCode, RetainHandling, SubAck,
+    Subscribe, Subscription, SubscriptionOptions, UnsubAck, Unsubscribe, Will,
 };
 
 pub const V3: Protocol = Protocol::V311;
@@ -180,34 +180,36 @@ fn any_properties() -> BoxedStrategy<Properties> {
         option::of(any::<bool>()),
     );
     (a, b, c)
-        .prop_map(|(a, b, c)| Properties {
-            payload_format_indicator: a.0,
-            message_expiry_interval: a.1,
-            content_type: a.2,
-            response_topic: a.3,
-            correlation_data: a.4,
-            subscription_identifiers: a.5,
-            session_expiry_interval: a.6,
-            assigned_client_identifier: a.7,
-            server_keep_alive: a.8,
-            authentication_method: a.9,
-            authentication_data: a.10,
-            request_problem_information: a.11,
-            will_delay_interval: b.0,
-            request_response_information: b.1,
-            response_information: b.2,
-            server_reference: b.3,
-            reason_string: b.4,
-            receive_maximum: b.5,
-            topic_alias_maximum: b.6,
-            topic_alias: b.7,
-            maximum_qos: b.8,
-            retain_available: b.9,
-            user_properties: b.10,
-            maximum_packet_size: b.11,
-            wildcard_subscription_available: c.0,
-            subscription_identifier_available: c.1,
-            shared_subscription_available: c.2,
+        .prop_map(|(a, b, c)| {
+            Properties::from(PropertyFields {
+                payload_format_indicator: a.0,
+                message_expiry_interval: a.1,
+                content_type: a.2,
+                response_topic: a.3,
+                correlation_data: a.4,
+                subscription_identifiers: a.5,
+                session_expiry_interval: a.6,
+                assigned_client_identifier: a.7,
+                server_keep_alive: a.8,
+                authentication_method: a.9,
+                authentication_data: a.10,
+                request_problem_information: a.11,
+                will_delay_interval: b.0,
+                request_response_information: b.1,
+                response_information: b.2,
+                server_reference: b.3,
+                reason_string: b.4,
+                receive_maximum: b.5,
+                topic_alias_maximum: b.6,
+                topic_alias: b.7,
+                maximum_qos: b.8,
+                retain_available: b.9,
+                user_properties: b.10,
+                maximum_packet_size: b.11,
+                wildcard_subscription_available: c.0,
+                subscription_identifier_available: c.1,
+                shared_subscription_available: c.2,
+            })
         })
         .boxed()
 }
