@@ -1,7 +1,8 @@
 //! DISCONNECT (MQTT 3.1.1 §3.14, MQTT 5 §3.14).
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 
+use super::reason_body::{read_reason_and_properties, write_reason_and_properties};
 use super::{EncodeOptions, PacketType};
 use crate::error::{DecodeError, EncodeError};
 use crate::properties::{Properties, PropertyContext};
@@ -23,16 +24,7 @@ impl Disconnect {
             // §3.14.2.1: a remaining length of 0 means Normal disconnection.
             return Ok(d);
         }
-        d.reason = ReasonCode(r.u8("reason code")?);
-        if !d.reason.allowed_in(PacketType::Disconnect, protocol) {
-            return Err(DecodeError::InvalidReasonCode {
-                packet: PacketType::Disconnect,
-                code: d.reason.0,
-            });
-        }
-        if r.remaining() > 0 {
-            d.properties = Properties::decode(r, PropertyContext::Disconnect)?;
-        }
+        (d.reason, d.properties) = read_reason_and_properties(r, PropertyContext::Disconnect)?;
         Ok(d)
     }
 
@@ -49,28 +41,13 @@ impl Disconnect {
             }
             return put_fixed_header(out, 0xE0, 0, opts.max_packet_size, 0);
         }
-        if !self
-            .reason
-            .allowed_in(PacketType::Disconnect, opts.protocol)
-        {
-            return Err(EncodeError::InvalidReasonCode {
-                packet: PacketType::Disconnect,
-                code: self.reason.0,
-            });
-        }
-        let props_len = self.properties.check(PropertyContext::Disconnect, None)?;
-        if props_len == 0 {
-            if self.reason.0 == 0 {
-                return put_fixed_header(out, 0xE0, 0, opts.max_packet_size, 0);
-            }
-            let total = put_fixed_header(out, 0xE0, 1, opts.max_packet_size, 0)?;
-            out.put_u8(self.reason.0);
-            return Ok(total);
-        }
-        let n = 1 + crate::varint::len(props_len as u32) + props_len;
-        let total = put_fixed_header(out, 0xE0, n, opts.max_packet_size, 0)?;
-        out.put_u8(self.reason.0);
-        self.properties.put(out, props_len, None);
-        Ok(total)
+        write_reason_and_properties(
+            out,
+            opts,
+            PacketType::Disconnect,
+            self.reason,
+            &self.properties,
+            PropertyContext::Disconnect,
+        )
     }
 }

@@ -16,6 +16,7 @@ mod connack;
 mod connect;
 mod disconnect;
 mod publish;
+mod reason_body;
 mod suback;
 mod subscribe;
 mod unsuback;

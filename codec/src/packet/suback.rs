@@ -2,6 +2,7 @@
 
 use bytes::{BufMut, BytesMut};
 
+use super::reason_body::{check_codes, read_codes};
 use super::{EncodeOptions, PacketType};
 use crate::error::{DecodeError, EncodeError};
 use crate::properties::{Properties, PropertyContext};
@@ -25,22 +26,7 @@ impl SubAck {
         } else {
             Properties::default()
         };
-        let mut codes = Vec::with_capacity(r.remaining());
-        while r.remaining() > 0 {
-            let code = ReasonCode(r.u8("reason code")?);
-            if !code.allowed_in(PacketType::SubAck, protocol) {
-                return Err(DecodeError::InvalidReasonCode {
-                    packet: PacketType::SubAck,
-                    code: code.0,
-                });
-            }
-            codes.push(code);
-        }
-        if codes.is_empty() {
-            return Err(DecodeError::EmptyPayload {
-                packet: PacketType::SubAck,
-            });
-        }
+        let codes = read_codes(r, protocol)?;
         Ok(SubAck {
             packet_id,
             properties,
@@ -53,19 +39,7 @@ impl SubAck {
         out: &mut BytesMut,
         opts: &EncodeOptions,
     ) -> Result<usize, EncodeError> {
-        if self.codes.is_empty() {
-            return Err(EncodeError::EmptyPayload {
-                packet: PacketType::SubAck,
-            });
-        }
-        for c in &self.codes {
-            if !c.allowed_in(PacketType::SubAck, opts.protocol) {
-                return Err(EncodeError::InvalidReasonCode {
-                    packet: PacketType::SubAck,
-                    code: c.0,
-                });
-            }
-        }
+        check_codes(&self.codes, PacketType::SubAck, opts.protocol)?;
         let mut n = 2 + self.codes.len();
         let mut props_len = 0;
         if opts.protocol == Protocol::V5 {

@@ -2,6 +2,7 @@
 
 use bytes::{BufMut, BytesMut};
 
+use super::reason_body::{check_codes, read_codes};
 use super::{EncodeOptions, PacketType};
 use crate::error::{DecodeError, EncodeError};
 use crate::properties::{Properties, PropertyContext};
@@ -29,22 +30,7 @@ impl UnsubAck {
             });
         }
         let properties = Properties::decode(r, PropertyContext::UnsubAck)?;
-        let mut codes = Vec::with_capacity(r.remaining());
-        while r.remaining() > 0 {
-            let code = ReasonCode(r.u8("reason code")?);
-            if !code.allowed_in(PacketType::UnsubAck, protocol) {
-                return Err(DecodeError::InvalidReasonCode {
-                    packet: PacketType::UnsubAck,
-                    code: code.0,
-                });
-            }
-            codes.push(code);
-        }
-        if codes.is_empty() {
-            return Err(DecodeError::EmptyPayload {
-                packet: PacketType::UnsubAck,
-            });
-        }
+        let codes = read_codes(r, protocol)?;
         Ok(UnsubAck {
             packet_id,
             properties,
@@ -67,19 +53,7 @@ impl UnsubAck {
             out.put_u16(self.packet_id.get());
             return Ok(total);
         }
-        if self.codes.is_empty() {
-            return Err(EncodeError::EmptyPayload {
-                packet: PacketType::UnsubAck,
-            });
-        }
-        for c in &self.codes {
-            if !c.allowed_in(PacketType::UnsubAck, opts.protocol) {
-                return Err(EncodeError::InvalidReasonCode {
-                    packet: PacketType::UnsubAck,
-                    code: c.0,
-                });
-            }
-        }
+        check_codes(&self.codes, PacketType::UnsubAck, opts.protocol)?;
         let props_len = self.properties.check(PropertyContext::UnsubAck, None)?;
         let n = 2 + crate::varint::len(props_len as u32) + props_len + self.codes.len();
         let total = put_fixed_header(out, 0xB0, n, opts.max_packet_size, 0)?;
