@@ -7,6 +7,8 @@
 //! - [`Subscriber`]: records every message a broker delivers (MQTT 3.1.1 or 5, QoS 0/1/2, TLS),
 //!   built on the `mqttbytes` crate rather than Spillway's codec.
 //! - [`TestCa`]: certificates made with rcgen for TLS tests.
+//! - [`FaultProxy`]: an HTTP proxy that injects faults (dropped connections, 500, 503 SlowDown,
+//!   stalls, a fixed error answer) into a seeded share of S3 requests.
 //! - `containers` (feature `containers`): EMQX and MinIO through testcontainers where Docker
 //!   exists.
 //!
@@ -18,6 +20,7 @@ mod certs;
 #[cfg(feature = "containers")]
 pub mod containers;
 mod error;
+pub mod faultproxy;
 mod fsutil;
 mod mosquitto;
 mod mqtt_wire;
@@ -31,6 +34,7 @@ mod transport;
 
 pub use certs::{IssuedCert, TestCa};
 pub use error::HarnessError;
+pub use faultproxy::{FaultPlan, FaultProxy, FaultStats, FixedAnswer};
 pub use mosquitto::{Mosquitto, MosquittoOpts, TlsMode};
 pub use mqtt_wire::{ConnAckInfo, MqttVersion};
 pub use process::{LOG_TAIL_LINES, ServerProcess};

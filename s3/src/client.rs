@@ -1,0 +1,158 @@
+//! The S3 client of one shard: an endpoint, credentials and a connection pool, and the loop
+//! that signs, sends and retries one request. Each S3 action is a function in
+//! [`crate::actions`] that builds the request and parses the answer; [`S3Client::execute`]
+//! runs them.
+//!
+//! Runs on a monoio runtime built with `enable_timer()` (retries sleep, requests time out).
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::time::SystemTime;
+
+use crate::credentials::Credentials;
+use crate::endpoint::Endpoint;
+use crate::error::{Error, TransportError};
+use crate::request::{Request, Response};
+use crate::retry::{Backoff, RetryPolicy};
+use crate::sign::{self, PayloadMode};
+use crate::transport::{Client as Transport, Target, TransportConfig};
+
+/// Everything a client needs.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    pub endpoint: Endpoint,
+    pub credentials: Credentials,
+    pub payload: PayloadMode,
+    pub retry: RetryPolicy,
+    pub transport: TransportConfig,
+    /// Seed of the retry jitter (vary it per shard so shards do not retry in step).
+    pub jitter_seed: u64,
+}
+
+impl ClientConfig {
+    pub fn new(endpoint: Endpoint, credentials: Credentials) -> Self {
+        ClientConfig {
+            endpoint,
+            credentials,
+            payload: PayloadMode::default(),
+            retry: RetryPolicy::default(),
+            transport: TransportConfig::default(),
+            jitter_seed: 0x5eed,
+        }
+    }
+}
+
+/// Counters of one client.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Requests sent, retries included.
+    pub attempts: u64,
+    /// Attempts that were retries.
+    pub retries: u64,
+}
+
+/// A clock, so that tests can sign at fixed times.
+pub type Clock = Box<dyn Fn() -> SystemTime>;
+
+/// The S3 client of one shard (not `Send`: one per thread).
+pub struct S3Client {
+    endpoint: Endpoint,
+    target: Target,
+    credentials: Credentials,
+    payload: PayloadMode,
+    retry: RetryPolicy,
+    transport: Transport,
+    backoff: RefCell<Backoff>,
+    clock: Clock,
+    stats: Cell<ClientStats>,
+}
+
+impl fmt::Debug for S3Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Client")
+            .field("endpoint", &self.endpoint)
+            .field("credentials", &self.credentials)
+            .field("payload", &self.payload)
+            .field("retry", &self.retry)
+            .field("stats", &self.stats.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl S3Client {
+    pub fn new(cfg: ClientConfig) -> Result<Self, Error> {
+        let transport = Transport::new(cfg.transport)?;
+        Ok(S3Client {
+            target: Target::from(&cfg.endpoint),
+            endpoint: cfg.endpoint,
+            credentials: cfg.credentials,
+            payload: cfg.payload,
+            retry: cfg.retry,
+            transport,
+            backoff: RefCell::new(Backoff::new(cfg.jitter_seed)),
+            clock: Box::new(SystemTime::now),
+            stats: Cell::new(ClientStats::default()),
+        })
+    }
+
+    /// Replaces the clock used for signing.
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    pub fn payload_mode(&self) -> PayloadMode {
+        self.payload
+    }
+
+    pub fn stats(&self) -> ClientStats {
+        self.stats.get()
+    }
+
+    /// Signs and sends `req`, and parses the answer with `parse`; retries with backoff while
+    /// the error may pass and the request may be repeated (a connection that could not be
+    /// opened never received the request, so that one is retried for any request). Every
+    /// attempt is signed anew.
+    pub async fn execute<T>(
+        &self,
+        req: Request,
+        parse: impl Fn(Response) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let mut attempt = 1u32;
+        loop {
+            let mut signed = req.clone();
+            sign::sign(
+                &mut signed,
+                &self.credentials,
+                &self.endpoint.region,
+                (self.clock)(),
+                self.payload,
+            )?;
+            let mut stats = self.stats.get();
+            stats.attempts += 1;
+            if attempt > 1 {
+                stats.retries += 1;
+            }
+            self.stats.set(stats);
+            let err = match self.transport.send(&self.target, &signed).await {
+                Ok(resp) => match parse(resp) {
+                    Ok(v) => return Ok(v),
+                    Err(e) => e,
+                },
+                Err(e) => Error::Transport(e),
+            };
+            let repeatable =
+                req.idempotent || matches!(err, Error::Transport(TransportError::Connect { .. }));
+            if !(err.is_retryable() && repeatable && self.retry.may_retry(attempt)) {
+                return Err(err);
+            }
+            let delay = self.backoff.borrow_mut().delay(&self.retry, attempt);
+            monoio::time::sleep(delay).await;
+            attempt += 1;
+        }
+    }
+}

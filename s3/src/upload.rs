@@ -1,0 +1,412 @@
+//! The streaming multipart uploader: append `Bytes` chunks to an open object; each time a
+//! part's worth has gathered it is uploaded while appending goes on, with at most
+//! `parts_in_flight` parts under way (append waits for the oldest when the limit is reached).
+//! Memory therefore stays at about `part_size × (parts_in_flight + 1)` whatever the object's
+//! size; [`ObjectWriter::held`] counts it. An object smaller than one part goes out as one
+//! PutObject at close.
+//!
+//! Parts are cut at exact part-size boundaries by slicing chunks (`Bytes::split_to`), never
+//! by copying. Each part is retried on its own by the client; when a part or the completion
+//! fails for good, the upload is aborted and the error returned, so the caller can send the
+//! data again.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::fmt;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use monoio::task::JoinHandle;
+
+use crate::actions::complete_multipart_upload::CompletedPart;
+use crate::actions::{
+    abort_multipart_upload, complete_multipart_upload, create_multipart_upload, put_object,
+    upload_part,
+};
+use crate::client::S3Client;
+use crate::error::Error;
+use crate::multipart::PartPlan;
+use crate::options::ObjectOptions;
+use crate::request::Body;
+
+/// How objects are uploaded.
+#[derive(Debug, Clone)]
+pub struct UploadConfig {
+    /// Bytes per part (5 MiB to 5 GiB); also the size below which an object is one PutObject.
+    pub part_size: u64,
+    /// Parts uploading at once (at least 1).
+    pub parts_in_flight: usize,
+    /// Headers of the object (content type, SSE, metadata …).
+    pub options: ObjectOptions,
+}
+
+impl UploadConfig {
+    pub fn new(part_size: u64, parts_in_flight: usize) -> Self {
+        UploadConfig {
+            part_size,
+            parts_in_flight,
+            options: ObjectOptions::default(),
+        }
+    }
+}
+
+/// Bytes an uploader holds (buffered, or in a part being uploaded), and the most it held.
+#[derive(Debug, Default)]
+pub struct Gauge {
+    current: Cell<u64>,
+    peak: Cell<u64>,
+}
+
+impl Gauge {
+    fn add(&self, n: u64) {
+        let c = self.current.get() + n;
+        self.current.set(c);
+        if c > self.peak.get() {
+            self.peak.set(c);
+        }
+    }
+
+    fn sub(&self, n: u64) {
+        self.current.set(self.current.get().saturating_sub(n));
+    }
+
+    pub fn current(&self) -> u64 {
+        self.current.get()
+    }
+
+    pub fn peak(&self) -> u64 {
+        self.peak.get()
+    }
+}
+
+/// A completed object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub key: String,
+    pub etag: String,
+    pub size: u64,
+    /// 0 for a single PutObject.
+    pub parts: u32,
+}
+
+/// A part that S3 accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DonePart {
+    number: u32,
+    etag: String,
+}
+
+/// One object being written.
+pub struct ObjectWriter {
+    client: Rc<S3Client>,
+    bucket: Rc<str>,
+    key: Rc<str>,
+    options: Rc<ObjectOptions>,
+    plan: PartPlan,
+    parts_in_flight: usize,
+    pending: Vec<Bytes>,
+    pending_len: u64,
+    size: u64,
+    upload_id: Option<Rc<str>>,
+    next_part: u32,
+    in_flight: VecDeque<JoinHandle<Result<DonePart, Error>>>,
+    done: Vec<DonePart>,
+    held: Rc<Gauge>,
+}
+
+impl fmt::Debug for ObjectWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectWriter")
+            .field("bucket", &self.bucket)
+            .field("key", &self.key)
+            .field("size", &self.size)
+            .field("upload_id", &self.upload_id)
+            .field("parts_done", &self.done.len())
+            .field("parts_in_flight", &self.in_flight.len())
+            .field("held", &self.held.current())
+            .finish()
+    }
+}
+
+impl ObjectWriter {
+    /// Opens an object; nothing is sent until the first part is full (or close).
+    pub fn new(
+        client: Rc<S3Client>,
+        bucket: &str,
+        key: &str,
+        cfg: &UploadConfig,
+    ) -> Result<Self, Error> {
+        let plan = PartPlan::new(cfg.part_size)?;
+        if cfg.parts_in_flight == 0 {
+            return Err(Error::Config("parts_in_flight must be at least 1".into()));
+        }
+        Ok(ObjectWriter {
+            client,
+            bucket: bucket.into(),
+            key: key.into(),
+            options: Rc::new(cfg.options.clone()),
+            plan,
+            parts_in_flight: cfg.parts_in_flight,
+            pending: Vec::new(),
+            pending_len: 0,
+            size: 0,
+            upload_id: None,
+            next_part: 1,
+            in_flight: VecDeque::new(),
+            done: Vec::new(),
+            held: Rc::new(Gauge::default()),
+        })
+    }
+
+    /// Bytes appended so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// What the writer holds now and at most (buffered plus parts under way).
+    pub fn held(&self) -> &Gauge {
+        &self.held
+    }
+
+    /// Whether `len` more bytes fit in this object (10,000 parts, 5 TiB). When they do not,
+    /// close this object and start the next: [`ObjectWriter::append`] refuses them.
+    pub fn has_room_for(&self, len: u64) -> bool {
+        self.plan.fits(self.size, len)
+    }
+
+    /// Appends a chunk. When a part is full it starts uploading; when `parts_in_flight` parts
+    /// are under way this waits for the oldest to finish (back-pressure). On an error the
+    /// upload has been aborted: the object must be written again from its start.
+    pub async fn append(&mut self, chunk: Bytes) -> Result<(), Error> {
+        let len = chunk.len() as u64;
+        if !self.has_room_for(len) {
+            return Err(Error::Limit(format!(
+                "object {} would exceed {} bytes (10,000 parts of {} or 5 TiB); close it and \
+                 start a new object",
+                self.key,
+                self.plan.max_object_size(),
+                self.plan.part_size()
+            )));
+        }
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        self.held.add(len);
+        self.size += len;
+        self.pending_len += len;
+        self.pending.push(chunk);
+        while self.pending_len >= self.plan.part_size() {
+            let part = self.cut_part(self.plan.part_size());
+            if let Err(e) = self.start_part(part).await {
+                self.abort_after_error().await;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the first `n` pending bytes as a part body, splitting a chunk at the boundary
+    /// without copying.
+    fn cut_part(&mut self, n: u64) -> Body {
+        let mut body = Body::empty();
+        let mut need = n;
+        let mut taken = 0;
+        for chunk in self.pending.iter_mut() {
+            if need == 0 {
+                break;
+            }
+            let len = chunk.len() as u64;
+            if len <= need {
+                body.push(std::mem::take(chunk));
+                need -= len;
+                taken += 1;
+            } else {
+                body.push(chunk.split_to(need as usize));
+                need = 0;
+            }
+        }
+        self.pending.drain(..taken);
+        self.pending_len -= body.len();
+        body
+    }
+
+    /// Starts uploading one part, first waiting for room in the window.
+    async fn start_part(&mut self, body: Body) -> Result<(), Error> {
+        let upload_id = match &self.upload_id {
+            Some(id) => id.clone(),
+            None => {
+                let req = create_multipart_upload::request(
+                    self.client.endpoint(),
+                    &self.bucket,
+                    &self.key,
+                    &self.options,
+                )?;
+                let out = self
+                    .client
+                    .execute(req, create_multipart_upload::parse)
+                    .await?;
+                let id: Rc<str> = out.upload_id.as_str().into();
+                self.upload_id = Some(id.clone());
+                id
+            }
+        };
+        while self.in_flight.len() >= self.parts_in_flight {
+            self.finish_oldest().await?;
+        }
+        let number = self.next_part;
+        self.next_part += 1;
+        let len = body.len();
+        let req = upload_part::request(
+            self.client.endpoint(),
+            &self.bucket,
+            &self.key,
+            &upload_id,
+            number,
+            body,
+            &self.options,
+        )?;
+        let client = self.client.clone();
+        let held = self.held.clone();
+        self.in_flight.push_back(monoio::spawn(async move {
+            let res = client.execute(req, upload_part::parse).await;
+            held.sub(len);
+            res.map(|out| DonePart {
+                number,
+                etag: out.etag,
+            })
+        }));
+        Ok(())
+    }
+
+    async fn finish_oldest(&mut self) -> Result<(), Error> {
+        if let Some(handle) = self.in_flight.pop_front() {
+            let part = handle.await?;
+            self.done.push(part);
+        }
+        Ok(())
+    }
+
+    /// Uploads what is left and completes the object (or sends it as one PutObject when it
+    /// never reached a part). Returns its ETag and size.
+    pub async fn close(mut self) -> Result<ObjectInfo, Error> {
+        if self.upload_id.is_none() {
+            let body = Body::from_chunks(std::mem::take(&mut self.pending));
+            let len = body.len();
+            let req = put_object::request(
+                self.client.endpoint(),
+                &self.bucket,
+                &self.key,
+                body,
+                &self.options,
+            )?;
+            let res = self.client.execute(req, put_object::parse).await;
+            self.held.sub(len);
+            let out = res?;
+            return Ok(ObjectInfo {
+                key: self.key.to_string(),
+                etag: out.etag,
+                size: self.size,
+                parts: 0,
+            });
+        }
+        match self.finish_multipart().await {
+            Ok(info) => Ok(info),
+            Err(e) => {
+                self.abort_after_error().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn finish_multipart(&mut self) -> Result<ObjectInfo, Error> {
+        if self.pending_len > 0 {
+            let n = self.pending_len;
+            let part = self.cut_part(n);
+            self.start_part(part).await?;
+        }
+        while !self.in_flight.is_empty() {
+            self.finish_oldest().await?;
+        }
+        self.done.sort_by_key(|p| p.number);
+        let Some(upload_id) = self.upload_id.clone() else {
+            return Err(Error::Config("no multipart upload to complete".into()));
+        };
+        let parts: Vec<CompletedPart> = self
+            .done
+            .iter()
+            .map(|p| CompletedPart {
+                part_number: p.number,
+                etag: p.etag.clone(),
+            })
+            .collect();
+        let req = complete_multipart_upload::request(
+            self.client.endpoint(),
+            &self.bucket,
+            &self.key,
+            &upload_id,
+            &parts,
+            &self.options,
+        )?;
+        let out = self
+            .client
+            .execute(req, complete_multipart_upload::parse)
+            .await?;
+        Ok(ObjectInfo {
+            key: self.key.to_string(),
+            etag: out.etag,
+            size: self.size,
+            parts: parts.len() as u32,
+        })
+    }
+
+    /// Abandons the object: parts under way are awaited, the multipart upload (if any) is
+    /// aborted, nothing is completed.
+    pub async fn abort(mut self) -> Result<(), Error> {
+        while let Some(h) = self.in_flight.pop_front() {
+            let _ = h.await;
+        }
+        self.pending.clear();
+        self.held.sub(self.pending_len);
+        self.pending_len = 0;
+        match self.upload_id.take() {
+            Some(id) => {
+                let req = abort_multipart_upload::request(
+                    self.client.endpoint(),
+                    &self.bucket,
+                    &self.key,
+                    &id,
+                )?;
+                self.client
+                    .execute(req, abort_multipart_upload::parse)
+                    .await
+                    .map(|_| ())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// After a failure: wait for the other parts, abort the upload (best effort: the error
+    /// that matters is the one already being returned; an upload left behind is found by
+    /// ListMultipartUploads).
+    async fn abort_after_error(&mut self) {
+        while let Some(h) = self.in_flight.pop_front() {
+            let _ = h.await;
+        }
+        self.held.sub(self.pending_len);
+        self.pending.clear();
+        self.pending_len = 0;
+        if let Some(id) = self.upload_id.take()
+            && let Ok(req) = abort_multipart_upload::request(
+                self.client.endpoint(),
+                &self.bucket,
+                &self.key,
+                &id,
+            )
+        {
+            let _ = self
+                .client
+                .execute(req, abort_multipart_upload::parse)
+                .await;
+        }
+    }
+}

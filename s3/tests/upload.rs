@@ -1,0 +1,339 @@
+//! The client and the streaming uploader against a real S3 server: s3s-fs started by the
+//! harness (it verifies SigV4 signatures and stores objects as files), and the harness's
+//! fault-injecting proxy in front of it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use md5::{Digest, Md5};
+use spillway_s3::actions::{get_object, head_bucket, head_object, put_object};
+use spillway_s3::client::{ClientConfig, S3Client};
+use spillway_s3::credentials::Credentials;
+use spillway_s3::endpoint::Endpoint;
+use spillway_s3::multipart::MIB;
+use spillway_s3::options::ObjectOptions;
+use spillway_s3::retry::RetryPolicy;
+use spillway_s3::sign::PayloadMode;
+use spillway_s3::upload::{ObjectWriter, UploadConfig};
+use spillway_s3::{Body, Error};
+use spillway_tests::{FaultPlan, FaultProxy, S3Server};
+
+/// Runs `f` on a monoio runtime (io_uring where the kernel has it) with timers enabled.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+        .enable_timer()
+        .build()
+        .expect("monoio runtime")
+        .block_on(f)
+}
+
+fn client_for(endpoint: &str, server: &S3Server, secret: &str, mode: PayloadMode) -> S3Client {
+    let ep = Endpoint::parse(endpoint, server.region(), None).unwrap();
+    let mut cfg = ClientConfig::new(ep, Credentials::new(server.access_key(), secret, None));
+    cfg.payload = mode;
+    cfg.retry = RetryPolicy {
+        max_attempts: 8,
+        base_delay: Duration::from_millis(5),
+        max_delay: Duration::from_millis(100),
+    };
+    cfg.transport.request_timeout = Duration::from_secs(2);
+    S3Client::new(cfg).unwrap()
+}
+
+fn client(server: &S3Server, mode: PayloadMode) -> S3Client {
+    client_for(&server.endpoint(), server, server.secret_key(), mode)
+}
+
+/// Deterministic data: chunk `i` of `len` bytes, different everywhere.
+fn chunk(i: u64, len: usize) -> Bytes {
+    let mut v = Vec::with_capacity(len);
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    Bytes::from(v)
+}
+
+/// Streams `total` bytes in chunks of odd sizes (so parts split chunks) into `w`; returns the
+/// md5 of every part boundary's data as S3 computes the multipart ETag, and the whole md5.
+async fn stream(w: &mut ObjectWriter, total: u64, part_size: u64) -> (Vec<[u8; 16]>, [u8; 16]) {
+    let mut whole = Md5::new();
+    let mut part = Md5::new();
+    let mut in_part = 0u64;
+    let mut part_md5s = Vec::new();
+    let mut sent = 0u64;
+    let mut i = 0;
+    while sent < total {
+        let len = (((i * 7919) % 700_000) + 300_000).min(total - sent) as usize;
+        let c = chunk(i, len);
+        whole.update(&c);
+        let mut rest = &c[..];
+        while !rest.is_empty() {
+            let take = rest.len().min((part_size - in_part) as usize);
+            part.update(&rest[..take]);
+            in_part += take as u64;
+            rest = &rest[take..];
+            if in_part == part_size {
+                part_md5s.push(part.finalize_reset().into());
+                in_part = 0;
+            }
+        }
+        w.append(c).await.unwrap();
+        sent += len as u64;
+        i += 1;
+    }
+    if in_part > 0 {
+        part_md5s.push(part.finalize().into());
+    }
+    (part_md5s, whole.finalize().into())
+}
+
+fn multipart_etag(part_md5s: &[[u8; 16]]) -> String {
+    let mut all = Md5::new();
+    for p in part_md5s {
+        all.update(p);
+    }
+    format!("{}-{}", hex::encode(all.finalize()), part_md5s.len())
+}
+
+fn file_md5(path: &std::path::Path) -> [u8; 16] {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).unwrap();
+    let mut h = Md5::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    h.finalize().into()
+}
+
+#[test]
+fn multipart_256_mib_reads_back_byte_for_byte_with_the_multipart_etag() {
+    let server = S3Server::start().unwrap();
+    block_on(async {
+        let client = Rc::new(client(&server, PayloadMode::Signed));
+        let part = 8 * MIB;
+        let mut w = ObjectWriter::new(
+            client.clone(),
+            server.bucket(),
+            "big/object.bin",
+            &UploadConfig::new(part, 4),
+        )
+        .unwrap();
+        let (parts, whole) = stream(&mut w, 256 * MIB, part).await;
+        let info = w.close().await.unwrap();
+        assert_eq!(info.size, 256 * MIB);
+        assert_eq!(info.parts, 32);
+        assert_eq!(info.etag.trim_matches('"'), multipart_etag(&parts));
+        assert_eq!(file_md5(&server.object_path("big/object.bin")), whole);
+        // And through the API: HEAD gives the size, a ranged GET the bytes at a part boundary.
+        let req = head_object::request(
+            client.endpoint(),
+            server.bucket(),
+            "big/object.bin",
+            &ObjectOptions::default(),
+        )
+        .unwrap();
+        let head = client.execute(req, head_object::parse).await.unwrap();
+        assert_eq!(head.size, 256 * MIB);
+    });
+}
+
+#[test]
+fn small_objects_are_one_put_object_in_both_payload_modes() {
+    let server = S3Server::start().unwrap();
+    block_on(async {
+        for (mode, key) in [
+            (PayloadMode::Signed, "small/signed.txt"),
+            (PayloadMode::Unsigned, "small/unsigned.txt"),
+        ] {
+            let client = Rc::new(client(&server, mode));
+            let mut w = ObjectWriter::new(
+                client.clone(),
+                server.bucket(),
+                key,
+                &UploadConfig::new(5 * MIB, 2),
+            )
+            .unwrap();
+            w.append(Bytes::from_static(b"hello ")).await.unwrap();
+            w.append(Bytes::from_static(b"world")).await.unwrap();
+            let info = w.close().await.unwrap();
+            assert_eq!((info.size, info.parts), (11, 0));
+            assert_eq!(
+                info.etag.trim_matches('"'),
+                hex::encode(Md5::digest(b"hello world"))
+            );
+            let req = get_object::request(
+                client.endpoint(),
+                server.bucket(),
+                key,
+                None,
+                &ObjectOptions::default(),
+            )
+            .unwrap();
+            let got = client.execute(req, get_object::parse).await.unwrap();
+            assert_eq!(&got.body[..], b"hello world");
+            assert_eq!(client.stats().retries, 0);
+        }
+    });
+}
+
+#[test]
+fn a_wrong_secret_is_signature_does_not_match_without_retries() {
+    let server = S3Server::start().unwrap();
+    block_on(async {
+        let client = client_for(
+            &server.endpoint(),
+            &server,
+            "not-the-secret",
+            PayloadMode::Signed,
+        );
+        let req = put_object::request(
+            client.endpoint(),
+            server.bucket(),
+            "k",
+            Body::from(b"x".to_vec()),
+            &ObjectOptions::default(),
+        )
+        .unwrap();
+        let err = client.execute(req, put_object::parse).await.unwrap_err();
+        assert_eq!(err.s3_code(), Some("SignatureDoesNotMatch"), "{err}");
+        assert!(err.to_string().contains("SignatureDoesNotMatch"), "{err}");
+        assert_eq!(
+            client.stats().attempts,
+            1,
+            "a permanent error is not retried"
+        );
+    });
+}
+
+#[test]
+fn the_probe_names_a_missing_bucket() {
+    let server = S3Server::start().unwrap();
+    block_on(async {
+        let client = client(&server, PayloadMode::Unsigned);
+        let req = head_bucket::request(client.endpoint(), "no-such-bucket").unwrap();
+        let err = client.execute(req, head_bucket::parse).await.unwrap_err();
+        assert_eq!(err.s3_code(), Some("NoSuchBucket"), "{err}");
+        let req = head_bucket::request(client.endpoint(), server.bucket()).unwrap();
+        client.execute(req, head_bucket::parse).await.unwrap();
+    });
+}
+
+#[test]
+fn metadata_reaches_the_store() {
+    let server = S3Server::start().unwrap();
+    block_on(async {
+        let client = client(&server, PayloadMode::Signed);
+        let opts = ObjectOptions {
+            content_type: Some("application/x-ndjson".into()),
+            metadata: vec![("first-offset".into(), "42".into())],
+            content_md5: true,
+            ..ObjectOptions::default()
+        };
+        let req = put_object::request(
+            client.endpoint(),
+            server.bucket(),
+            "meta.jsonl",
+            Body::from(b"{}\n".to_vec()),
+            &opts,
+        )
+        .unwrap();
+        client.execute(req, put_object::parse).await.unwrap();
+        let req = head_object::request(
+            client.endpoint(),
+            server.bucket(),
+            "meta.jsonl",
+            &ObjectOptions::default(),
+        )
+        .unwrap();
+        let head = client.execute(req, head_object::parse).await.unwrap();
+        assert_eq!(head.size, 3);
+        assert!(
+            head.metadata
+                .iter()
+                .any(|(k, v)| k == "first-offset" && v == "42"),
+            "{:?}",
+            head.metadata
+        );
+    });
+}
+
+#[test]
+fn faults_on_a_share_of_requests_still_give_a_byte_identical_object() {
+    let server = S3Server::start().unwrap();
+    let plan = FaultPlan::seeded(11)
+        .drop_mid_body(0.15)
+        .status_500(0.1)
+        .slow_down_503(0.1)
+        .stall(0.05, Duration::from_secs(4))
+        .only_methods(&["PUT", "POST"]);
+    let proxy = FaultProxy::start(server.addr(), plan).unwrap();
+    block_on(async {
+        let endpoint = format!("http://{}", proxy.host_port());
+        let client = Rc::new(client_for(
+            &endpoint,
+            &server,
+            server.secret_key(),
+            PayloadMode::Unsigned,
+        ));
+        let part = 5 * MIB;
+        let mut w = ObjectWriter::new(
+            client.clone(),
+            server.bucket(),
+            "faulty/object.bin",
+            &UploadConfig::new(part, 3),
+        )
+        .unwrap();
+        let (parts, whole) = stream(&mut w, 64 * MIB, part).await;
+        let info = w.close().await.unwrap();
+        assert_eq!(info.etag.trim_matches('"'), multipart_etag(&parts));
+        assert_eq!(file_md5(&server.object_path("faulty/object.bin")), whole);
+        let stats = proxy.stats();
+        assert!(stats.faults() >= 3, "faults were injected: {stats:?}");
+        assert!(client.stats().retries >= 3, "{:?}", client.stats());
+    });
+}
+
+#[test]
+fn a_permanent_403_stops_at_once_with_the_s3_code() {
+    let server = S3Server::start().unwrap();
+    let proxy =
+        FaultProxy::start(server.addr(), FaultPlan::answer_all(403, "AccessDenied")).unwrap();
+    block_on(async {
+        let endpoint = format!("http://{}", proxy.host_port());
+        let client = Rc::new(client_for(
+            &endpoint,
+            &server,
+            server.secret_key(),
+            PayloadMode::Unsigned,
+        ));
+        let mut w = ObjectWriter::new(
+            client.clone(),
+            server.bucket(),
+            "denied.bin",
+            &UploadConfig::new(5 * MIB, 2),
+        )
+        .unwrap();
+        let err = match w.append(chunk(1, 6 * MIB as usize)).await {
+            Err(e) => e,
+            Ok(()) => w.close().await.unwrap_err(),
+        };
+        assert!(
+            matches!(&err, Error::S3(e) if e.code == "AccessDenied" && e.status == 403),
+            "{err}"
+        );
+        assert!(client.stats().attempts <= 2, "{:?}", client.stats());
+    });
+}
