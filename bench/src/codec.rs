@@ -24,7 +24,7 @@ use spillway_codec::{
 };
 
 use crate::harness::{Body, Plan, compare, each};
-use crate::report::Row;
+use crate::report::{Better, Row};
 
 pub const PEER: &str = "mqttbytes 0.6";
 
@@ -475,6 +475,7 @@ fn rows(scenario: &str, plan: &Plan, ours: &mut dyn Body, peer: &mut dyn Body) -
             peer: p.ns_per_op,
             peer_name: PEER,
             unit: "ns/op",
+            better: Better::Lower,
         },
         Row {
             scenario: scenario.to_owned(),
@@ -483,6 +484,7 @@ fn rows(scenario: &str, plan: &Plan, ours: &mut dyn Body, peer: &mut dyn Body) -
             peer: p.allocs_per_op,
             peer_name: PEER,
             unit: "allocs/op",
+            better: Better::Lower,
         },
     ]
 }

@@ -4,11 +4,13 @@
 //!
 //! ```text
 //! spillway-bench codec [--quick] [--out FILE]
+//! spillway-bench s3 [--quick] [--out FILE]
 //! ```
 
 mod codec;
 mod harness;
 mod report;
+mod s3;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -26,9 +28,13 @@ usage: spillway-bench <scenario> [--quick] [--out FILE]
 scenarios:
   codec    spillway-codec against mqttbytes 0.6: PUBLISH encode/decode, PUBACK streams,
            CONNECT round trips, on MQTT 3.1.1 and 5; time and allocations per operation
+  s3       spillway-s3 against aws-sdk-s3 and rust-s3 0.38: one 256 MiB object in 8 MiB parts
+           to an s3s-fs the bench starts (signed and unsigned payloads), then 1 GiB to an
+           in-process discard endpoint; MB/s and client CPU s/GiB (the peers need the
+           default `peers` feature; without it ours alone is measured)
 
 options:
-  --quick     fewer and shorter runs (CI smoke); the JSON is still written
+  --quick     fewer and shorter runs, smaller objects (CI smoke); the JSON is still written
   --out FILE  where to write the JSON rows (default: target/bench/<scenario>.json under the
               workspace root)";
 
@@ -37,18 +43,21 @@ options:
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scenario {
     Codec,
+    S3,
 }
 
 impl Scenario {
     fn name(self) -> &'static str {
         match self {
             Scenario::Codec => "codec",
+            Scenario::S3 => "s3",
         }
     }
 
     fn parse(s: &str) -> Option<Scenario> {
         match s {
             "codec" => Some(Scenario::Codec),
+            "s3" => Some(Scenario::S3),
             _ => None,
         }
     }
@@ -116,31 +125,43 @@ fn print_report(rows: &[Row], legend: &[(&str, &str)], target: Option<f64>) {
     }
 }
 
-fn run(opts: &Options) -> Result<(), String> {
-    let plan = if opts.quick {
-        Plan::quick()
-    } else {
-        Plan::full()
-    };
-    let mut progress = |row: &str| {
-        eprint!("  measuring {row} ...\r");
-        let _ = std::io::stderr().flush();
-    };
+fn run_codec(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<Vec<Row>, String> {
+    let plan = if quick { Plan::quick() } else { Plan::full() };
     eprintln!(
-        "spillway-bench {}: {} runs of ~{} ms per side and row",
-        opts.scenario.name(),
+        "spillway-bench codec: {} runs of ~{} ms per side and row",
         plan.runs,
         plan.run_time.as_millis()
     );
-    let (rows, legend, target) = match opts.scenario {
-        Scenario::Codec => (
-            codec::run(&plan, &mut progress)?,
-            codec::LEGEND,
-            Some(codec::TARGET_RATIO),
-        ),
-    };
+    let rows = codec::run(&plan, progress)?;
     eprintln!("{:60}", "");
-    print_report(&rows, legend, target);
+    print_report(&rows, codec::LEGEND, Some(codec::TARGET_RATIO));
+    Ok(rows)
+}
+
+fn run_s3(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<Vec<Row>, String> {
+    eprintln!(
+        "spillway-bench s3: {}",
+        if quick {
+            "quick (one run, small objects)"
+        } else {
+            "5 runs per client, about a minute"
+        }
+    );
+    let (rows, text) = s3::run(quick, progress)?;
+    eprintln!("{:70}", "");
+    print!("{text}");
+    Ok(rows)
+}
+
+fn run(opts: &Options) -> Result<(), String> {
+    let mut progress = |row: &str| {
+        eprint!("  measuring {row:60}\r");
+        let _ = std::io::stderr().flush();
+    };
+    let rows = match opts.scenario {
+        Scenario::Codec => run_codec(opts.quick, &mut progress)?,
+        Scenario::S3 => run_s3(opts.quick, &mut progress)?,
+    };
     let path = opts
         .out
         .clone()
@@ -193,6 +214,15 @@ mod tests {
         assert!(parse_args(&args(&[])).is_err());
         assert!(parse_args(&args(&["codec", "--bogus"])).is_err());
         assert!(parse_args(&args(&["nope"])).is_err());
+        assert!(matches!(
+            parse_args(&args(&["s3", "--quick"])),
+            Ok(Command::Run(Options {
+                scenario: Scenario::S3,
+                quick: true,
+                out: None
+            }))
+        ));
+        assert!(parse_args(&args(&["s3", "codec"])).is_err());
         assert!(parse_args(&args(&["codec", "--out"])).is_err());
     }
 }

@@ -4,24 +4,41 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
+/// Which way a metric improves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Better {
+    /// Times, CPU seconds, allocations.
+    Lower,
+    /// Throughput.
+    Higher,
+}
+
 /// One line of a report: a metric of one scenario, ours beside the peer's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
     pub scenario: String,
-    /// `ns_per_op` or `allocs_per_op`.
+    /// `ns_per_op`, `allocs_per_op`, `MB_per_s`, `cpu_s_per_GiB` …
     pub metric: &'static str,
     pub ours: f64,
+    /// Not a number when the peer was not measured (written as JSON `null`).
     pub peer: f64,
     pub peer_name: &'static str,
     pub unit: &'static str,
+    pub better: Better,
 }
 
 impl Row {
-    /// How many times ours is better: peer / ours (lower is better for every metric here).
-    /// `None` when ours is zero (zero allocations) or a value is not finite.
+    /// How many times ours is better: peer / ours where lower is better (times, CPU,
+    /// allocations), ours / peer where higher is better (throughput); above 1 means ours wins.
+    /// `None` when the divisor is zero (ours allocates nothing) or a value is not finite (the
+    /// peer was not measured).
     pub fn ratio(&self) -> Option<f64> {
-        let r = self.peer / self.ours;
-        (self.ours > 0.0 && r.is_finite()).then_some(r)
+        let (num, den) = match self.better {
+            Better::Lower => (self.peer, self.ours),
+            Better::Higher => (self.ours, self.peer),
+        };
+        let r = num / den;
+        (den > 0.0 && r.is_finite()).then_some(r)
     }
 }
 
@@ -77,6 +94,67 @@ pub fn table(title: &str, rows: &[Row], metric: &str) -> String {
     let line = |out: &mut String, cells: &[String; 4]| {
         let _ = write!(out, "  {:<w$}", cells[0], w = width[0]);
         for (cell, w) in cells.iter().zip(width).skip(1) {
+            let _ = write!(out, "  {cell:>w$}");
+        }
+        out.push('\n');
+    };
+    line(&mut out, &head);
+    let rule: usize = width.iter().sum::<usize>() + 2 * width.len();
+    let _ = writeln!(out, "  {}", "-".repeat(rule - 2));
+    for cells in &body {
+        line(&mut out, cells);
+    }
+    out
+}
+
+/// The rows of one metric as an aligned text table with the peer named on every line (for
+/// scenarios that compare ours with more than one peer).
+pub fn peer_table(title: &str, rows: &[Row], metric: &str) -> String {
+    let rows: Vec<&Row> = rows.iter().filter(|r| r.metric == metric).collect();
+    let Some(first) = rows.first() else {
+        return String::new();
+    };
+    let unit = first.unit;
+    let head = [
+        "scenario".to_owned(),
+        "peer".to_owned(),
+        format!("ours {unit}"),
+        format!("peer {unit}"),
+        "ours better by".to_owned(),
+    ];
+    let body: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.scenario.clone(),
+                r.peer_name.to_owned(),
+                fmt_value(r.ours),
+                fmt_value(r.peer),
+                match r.ratio() {
+                    Some(x) => format!("{x:.2}x"),
+                    None => "-".to_owned(),
+                },
+            ]
+        })
+        .collect();
+    let mut width = head.clone().map(|h| h.chars().count());
+    for line in &body {
+        for (w, cell) in width.iter_mut().zip(line) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "{title}");
+    let line = |out: &mut String, cells: &[String; 5]| {
+        let _ = write!(
+            out,
+            "  {:<w0$}  {:<w1$}",
+            cells[0],
+            cells[1],
+            w0 = width[0],
+            w1 = width[1]
+        );
+        for (cell, w) in cells.iter().zip(width).skip(2) {
             let _ = write!(out, "  {cell:>w$}");
         }
         out.push('\n');
@@ -209,6 +287,7 @@ mod tests {
             peer,
             peer_name: "peer",
             unit: "ns/op",
+            better: Better::Lower,
         }
     }
 
@@ -227,5 +306,19 @@ mod tests {
             "target 3x: met on all 1 rows"
         );
         assert!(target_summary(&rows, "ns_per_op", 4.0).starts_with("target 4x: missed on 1 of 1"));
+    }
+
+    #[test]
+    fn throughput_ratios_and_missing_peers() {
+        let mut r = row("MB_per_s", 300.0, 100.0);
+        r.better = Better::Higher;
+        assert_eq!(r.ratio(), Some(3.0));
+        r.peer = f64::NAN;
+        assert_eq!(r.ratio(), None);
+        let json = to_json(std::slice::from_ref(&r));
+        assert!(json.contains(r#""peer": null"#), "{json}");
+        assert!(json.contains(r#""ratio": null}"#), "{json}");
+        let t = peer_table("t", &[r], "MB_per_s");
+        assert!(t.contains("peer") && t.contains(" - "), "{t}");
     }
 }

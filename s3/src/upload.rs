@@ -1,6 +1,6 @@
 //! The streaming multipart uploader: append `Bytes` chunks to an open object; each time a
 //! part's worth has gathered it is uploaded while appending goes on, with at most
-//! `parts_in_flight` parts under way (append waits for the oldest when the limit is reached).
+//! `parts_in_flight` parts under way (append waits for one to finish when the limit is reached).
 //! Memory therefore stays at about `part_size × (parts_in_flight + 1)` whatever the object's
 //! size; [`ObjectWriter::held`] counts it. An object smaller than one part goes out as one
 //! PutObject at close.
@@ -10,13 +10,15 @@
 //! fails for good, the upload is aborted and the error returned, so the caller can send the
 //! data again.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
-use monoio::task::JoinHandle;
 
 use crate::actions::complete_multipart_upload::CompletedPart;
 use crate::actions::{
@@ -96,6 +98,38 @@ struct DonePart {
     etag: String,
 }
 
+/// Part uploads report here in the order they finish, so the writer waits for whichever
+/// part is done first, not for the oldest.
+#[derive(Default)]
+struct Finished {
+    results: RefCell<VecDeque<Result<DonePart, Error>>>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Finished {
+    fn push(&self, result: Result<DonePart, Error>) {
+        self.results.borrow_mut().push_back(result);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+/// The next part result (the writer only awaits it while a part is running).
+struct NextFinished<'a>(&'a Finished);
+
+impl Future for NextFinished<'_> {
+    type Output = Result<DonePart, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(r) = self.0.results.borrow_mut().pop_front() {
+            return Poll::Ready(r);
+        }
+        *self.0.waker.borrow_mut() = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
 /// One object being written.
 pub struct ObjectWriter {
     client: Rc<S3Client>,
@@ -109,7 +143,9 @@ pub struct ObjectWriter {
     size: u64,
     upload_id: Option<Rc<str>>,
     next_part: u32,
-    in_flight: VecDeque<JoinHandle<Result<DonePart, Error>>>,
+    /// Parts uploading now.
+    running: usize,
+    finished: Rc<Finished>,
     done: Vec<DonePart>,
     held: Rc<Gauge>,
 }
@@ -122,7 +158,7 @@ impl fmt::Debug for ObjectWriter {
             .field("size", &self.size)
             .field("upload_id", &self.upload_id)
             .field("parts_done", &self.done.len())
-            .field("parts_in_flight", &self.in_flight.len())
+            .field("parts_in_flight", &self.running)
             .field("held", &self.held.current())
             .finish()
     }
@@ -152,7 +188,8 @@ impl ObjectWriter {
             size: 0,
             upload_id: None,
             next_part: 1,
-            in_flight: VecDeque::new(),
+            running: 0,
+            finished: Rc::new(Finished::default()),
             done: Vec::new(),
             held: Rc::new(Gauge::default()),
         })
@@ -250,8 +287,8 @@ impl ObjectWriter {
                 id
             }
         };
-        while self.in_flight.len() >= self.parts_in_flight {
-            self.finish_oldest().await?;
+        while self.running >= self.parts_in_flight {
+            self.finish_one().await?;
         }
         let number = self.next_part;
         self.next_part += 1;
@@ -267,23 +304,37 @@ impl ObjectWriter {
         )?;
         let client = self.client.clone();
         let held = self.held.clone();
-        self.in_flight.push_back(monoio::spawn(async move {
+        let finished = self.finished.clone();
+        self.running += 1;
+        // Detached: the result comes back through `finished`.
+        let _task = monoio::spawn(async move {
             let res = client.execute(req, upload_part::parse).await;
             held.sub(len);
-            res.map(|out| DonePart {
+            finished.push(res.map(|out| DonePart {
                 number,
                 etag: out.etag,
-            })
-        }));
+            }));
+        });
         Ok(())
     }
 
-    async fn finish_oldest(&mut self) -> Result<(), Error> {
-        if let Some(handle) = self.in_flight.pop_front() {
-            let part = handle.await?;
-            self.done.push(part);
+    /// Waits for the first running part to finish.
+    async fn finish_one(&mut self) -> Result<(), Error> {
+        if self.running == 0 {
+            return Ok(());
         }
+        let result = NextFinished(&self.finished).await;
+        self.running -= 1;
+        self.done.push(result?);
         Ok(())
+    }
+
+    /// Waits for every running part, ignoring their results (after a failure).
+    async fn drain_running(&mut self) {
+        while self.running > 0 {
+            let _ = NextFinished(&self.finished).await;
+            self.running -= 1;
+        }
     }
 
     /// Uploads what is left and completes the object (or sends it as one PutObject when it
@@ -324,8 +375,8 @@ impl ObjectWriter {
             let part = self.cut_part(n);
             self.start_part(part).await?;
         }
-        while !self.in_flight.is_empty() {
-            self.finish_oldest().await?;
+        while self.running > 0 {
+            self.finish_one().await?;
         }
         self.done.sort_by_key(|p| p.number);
         let Some(upload_id) = self.upload_id.clone() else {
@@ -362,9 +413,7 @@ impl ObjectWriter {
     /// Abandons the object: parts under way are awaited, the multipart upload (if any) is
     /// aborted, nothing is completed.
     pub async fn abort(mut self) -> Result<(), Error> {
-        while let Some(h) = self.in_flight.pop_front() {
-            let _ = h.await;
-        }
+        self.drain_running().await;
         self.pending.clear();
         self.held.sub(self.pending_len);
         self.pending_len = 0;
@@ -389,9 +438,7 @@ impl ObjectWriter {
     /// that matters is the one already being returned; an upload left behind is found by
     /// ListMultipartUploads).
     async fn abort_after_error(&mut self) {
-        while let Some(h) = self.in_flight.pop_front() {
-            let _ = h.await;
-        }
+        self.drain_running().await;
         self.held.sub(self.pending_len);
         self.pending.clear();
         self.pending_len = 0;
