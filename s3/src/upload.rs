@@ -195,6 +195,11 @@ impl ObjectWriter {
         })
     }
 
+    /// The multipart upload's id, once the first part has started.
+    pub fn upload_id(&self) -> Option<&str> {
+        self.upload_id.as_deref()
+    }
+
     /// Bytes appended so far.
     pub fn size(&self) -> u64 {
         self.size

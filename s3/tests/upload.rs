@@ -337,3 +337,57 @@ fn a_permanent_403_stops_at_once_with_the_s3_code() {
         assert!(client.stats().attempts <= 2, "{:?}", client.stats());
     });
 }
+
+#[test]
+fn a_part_refused_for_good_aborts_the_upload_and_tells_the_caller() {
+    let server = S3Server::start().unwrap();
+    // Only UploadPart requests are refused; creating and aborting the upload go through.
+    let plan = FaultPlan::answer_all(403, "AccessDenied").path_contains("partNumber=");
+    let proxy = FaultProxy::start(server.addr(), plan).unwrap();
+    block_on(async {
+        let endpoint = format!("http://{}", proxy.host_port());
+        let via_proxy = Rc::new(client_for(
+            &endpoint,
+            &server,
+            server.secret_key(),
+            PayloadMode::Unsigned,
+        ));
+        let mut w = ObjectWriter::new(
+            via_proxy.clone(),
+            server.bucket(),
+            "refused.bin",
+            &UploadConfig::new(5 * MIB, 3),
+        )
+        .unwrap();
+        w.append(chunk(1, 5 * MIB as usize)).await.unwrap();
+        let upload_id = w
+            .upload_id()
+            .expect("the first part started the upload")
+            .to_owned();
+        let err = w.close().await.unwrap_err();
+        assert_eq!(err.s3_code(), Some("AccessDenied"), "{err}");
+        let stats = proxy.stats();
+        assert_eq!(stats.answered_fixed, 1, "{stats:?}");
+        assert_eq!(
+            stats.forwarded, 2,
+            "create and abort reached the store: {stats:?}"
+        );
+        // The upload is gone: a part sent to it straight to the store is refused.
+        let direct = client(&server, PayloadMode::Unsigned);
+        let req = spillway_s3::actions::upload_part::request(
+            direct.endpoint(),
+            server.bucket(),
+            "refused.bin",
+            &upload_id,
+            1,
+            Body::from(vec![0u8; 16]),
+            &ObjectOptions::default(),
+        )
+        .unwrap();
+        let gone = direct
+            .execute(req, spillway_s3::actions::upload_part::parse)
+            .await;
+        assert!(gone.is_err(), "the aborted upload still takes parts");
+        assert!(!server.object_path("refused.bin").exists());
+    });
+}
