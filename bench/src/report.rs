@@ -83,25 +83,39 @@ pub fn table(title: &str, rows: &[Row], metric: &str) -> String {
             ]
         })
         .collect();
+    let mut out = format!("{title}\n");
+    out.push_str(&text_table(&head, &body, |col| col == 0));
+    out
+}
+
+/// Aligns `head` and `body` into a text table with a rule under the head: columns for which
+/// `left` is true are left-aligned, the others (numbers) right-aligned.
+pub fn text_table<const N: usize>(
+    head: &[String; N],
+    body: &[[String; N]],
+    left: impl Fn(usize) -> bool,
+) -> String {
     let mut width = head.clone().map(|h| h.chars().count());
-    for line in &body {
+    for line in body {
         for (w, cell) in width.iter_mut().zip(line) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = String::new();
-    let _ = writeln!(out, "{title}");
-    let line = |out: &mut String, cells: &[String; 4]| {
-        let _ = write!(out, "  {:<w$}", cells[0], w = width[0]);
-        for (cell, w) in cells.iter().zip(width).skip(1) {
-            let _ = write!(out, "  {cell:>w$}");
+    let line = |out: &mut String, cells: &[String; N]| {
+        for (col, (cell, w)) in cells.iter().zip(width).enumerate() {
+            if left(col) {
+                let _ = write!(out, "  {cell:<w$}");
+            } else {
+                let _ = write!(out, "  {cell:>w$}");
+            }
         }
         out.push('\n');
     };
-    line(&mut out, &head);
+    line(&mut out, head);
     let rule: usize = width.iter().sum::<usize>() + 2 * width.len();
-    let _ = writeln!(out, "  {}", "-".repeat(rule - 2));
-    for cells in &body {
+    let _ = writeln!(out, "  {}", "-".repeat(rule.saturating_sub(2)));
+    for cells in body {
         line(&mut out, cells);
     }
     out
@@ -137,34 +151,8 @@ pub fn peer_table(title: &str, rows: &[Row], metric: &str) -> String {
             ]
         })
         .collect();
-    let mut width = head.clone().map(|h| h.chars().count());
-    for line in &body {
-        for (w, cell) in width.iter_mut().zip(line) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let _ = writeln!(out, "{title}");
-    let line = |out: &mut String, cells: &[String; 5]| {
-        let _ = write!(
-            out,
-            "  {:<w0$}  {:<w1$}",
-            cells[0],
-            cells[1],
-            w0 = width[0],
-            w1 = width[1]
-        );
-        for (cell, w) in cells.iter().zip(width).skip(2) {
-            let _ = write!(out, "  {cell:>w$}");
-        }
-        out.push('\n');
-    };
-    line(&mut out, &head);
-    let rule: usize = width.iter().sum::<usize>() + 2 * width.len();
-    let _ = writeln!(out, "  {}", "-".repeat(rule - 2));
-    for cells in &body {
-        line(&mut out, cells);
-    }
+    let mut out = format!("{title}\n");
+    out.push_str(&text_table(&head, &body, |col| col < 2));
     out
 }
 

@@ -529,30 +529,7 @@ fn results_table(results: &[Measured]) -> String {
             ]
         })
         .collect();
-    let mut width = head.clone().map(|h| h.len());
-    for line in &body {
-        for (w, c) in width.iter_mut().zip(line) {
-            *w = (*w).max(c.len());
-        }
-    }
-    let mut out = String::new();
-    let line = |out: &mut String, cells: &[String; 9]| {
-        for (i, (cell, w)) in cells.iter().zip(width).enumerate() {
-            if i < 2 || i == 8 {
-                let _ = write!(out, "  {cell:<w$}");
-            } else {
-                let _ = write!(out, "  {cell:>w$}");
-            }
-        }
-        out.push('\n');
-    };
-    line(&mut out, &head);
-    let rule: usize = width.iter().sum::<usize>() + 2 * width.len();
-    let _ = writeln!(out, "  {}", "-".repeat(rule - 2));
-    for cells in &body {
-        line(&mut out, cells);
-    }
-    out
+    report::text_table(&head, &body, |col| col < 2 || col == 8)
 }
 
 fn verdict(ok: bool) -> &'static str {
