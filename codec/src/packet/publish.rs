@@ -86,7 +86,6 @@ impl Publish {
     /// Appends the fixed header, topic, packet id and properties to `out`, and returns the
     /// payload, which the caller writes after them (as its own buffer in a vectored write).
     /// Nothing is appended on error.
-    #[inline]
     pub fn encode_header(
         &self,
         out: &mut BytesMut,
