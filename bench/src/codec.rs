@@ -430,6 +430,45 @@ fn batch_decoder<F: FnMut(&mut BytesMut)>(
     }
 }
 
+/// mqttbytes' PUBLISH of either version, written into a buffer.
+trait PeerPublish {
+    fn write_into(&self, buf: &mut BytesMut) -> bool;
+}
+
+impl PeerPublish for v4::Publish {
+    #[inline]
+    fn write_into(&self, buf: &mut BytesMut) -> bool {
+        self.write(buf).is_ok()
+    }
+}
+
+impl PeerPublish for v5::Publish {
+    #[inline]
+    fn write_into(&self, buf: &mut BytesMut) -> bool {
+        self.write(buf).is_ok()
+    }
+}
+
+/// The peer's encode body: `per_clear` packets written into a buffer cleared before them
+/// (1 for the encode rows, [`QUEUE_BATCH`] for the queue rows).
+fn peer_encoder<P: PeerPublish>(p: P, per_clear: usize) -> impl FnMut(u64) -> (Duration, u64) {
+    let mut buf = BytesMut::with_capacity(per_clear * 256 + 1024);
+    move |n| {
+        let start = Instant::now();
+        let mut done = 0u64;
+        while done < n {
+            buf.clear();
+            for _ in 0..per_clear {
+                let r = black_box(&p).write_into(&mut buf);
+                let _ = black_box(r);
+            }
+            black_box(&mut buf);
+            done += per_clear as u64;
+        }
+        (start.elapsed(), done)
+    }
+}
+
 /// Packets per batch in the queue rows.
 const QUEUE_BATCH: usize = 64;
 
@@ -511,26 +550,13 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Vec<Row>> {
             black_box(&mut buf);
             let _ = black_box(payload);
         });
-        let mut buf = BytesMut::with_capacity(1024);
         let r = match protocol {
             Protocol::V311 => {
-                let p = peer_publish_v4(&payload);
-                let mut peer = each(move || {
-                    buf.clear();
-                    let r = black_box(&p).write(&mut buf);
-                    black_box(&mut buf);
-                    let _ = black_box(r);
-                });
+                let mut peer = peer_encoder(peer_publish_v4(&payload), 1);
                 rows(scenario, plan, &mut ours, &mut peer)
             }
             Protocol::V5 => {
-                let p = peer_publish_v5(&payload);
-                let mut peer = each(move || {
-                    buf.clear();
-                    let r = black_box(&p).write(&mut buf);
-                    black_box(&mut buf);
-                    let _ = black_box(r);
-                });
+                let mut peer = peer_encoder(peer_publish_v5(&payload), 1);
                 rows(scenario, plan, &mut ours, &mut peer)
             }
         };
@@ -584,30 +610,13 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<Vec<Row>> {
             let n = queue.len();
             queue.advance(n);
         });
-        let mut buf = BytesMut::with_capacity(QUEUE_BATCH * 256);
         let r = match protocol {
             Protocol::V311 => {
-                let p = peer_publish_v4(&payload);
-                let mut peer = batch_writer(move || {
-                    buf.clear();
-                    for _ in 0..QUEUE_BATCH {
-                        let r = black_box(&p).write(&mut buf);
-                        let _ = black_box(r);
-                    }
-                    black_box(&mut buf);
-                });
+                let mut peer = peer_encoder(peer_publish_v4(&payload), QUEUE_BATCH);
                 rows(scenario, plan, &mut ours, &mut peer)
             }
             Protocol::V5 => {
-                let p = peer_publish_v5(&payload);
-                let mut peer = batch_writer(move || {
-                    buf.clear();
-                    for _ in 0..QUEUE_BATCH {
-                        let r = black_box(&p).write(&mut buf);
-                        let _ = black_box(r);
-                    }
-                    black_box(&mut buf);
-                });
+                let mut peer = peer_encoder(peer_publish_v5(&payload), QUEUE_BATCH);
                 rows(scenario, plan, &mut ours, &mut peer)
             }
         };

@@ -43,6 +43,17 @@ fn client_for(endpoint: &str, server: &S3Server, secret: &str, mode: PayloadMode
     S3Client::new(cfg).unwrap()
 }
 
+/// A client (unsigned payloads) whose requests go through the fault proxy to `server`.
+fn proxied_client(proxy: &FaultProxy, server: &S3Server) -> S3Client {
+    let endpoint = format!("http://{}", proxy.host_port());
+    client_for(
+        &endpoint,
+        server,
+        server.secret_key(),
+        PayloadMode::Unsigned,
+    )
+}
+
 fn client(server: &S3Server, mode: PayloadMode) -> S3Client {
     client_for(&server.endpoint(), server, server.secret_key(), mode)
 }
@@ -281,13 +292,7 @@ fn faults_on_a_share_of_requests_still_give_a_byte_identical_object() {
         .only_methods(&["PUT", "POST"]);
     let proxy = FaultProxy::start(server.addr(), plan).unwrap();
     block_on(async {
-        let endpoint = format!("http://{}", proxy.host_port());
-        let client = Rc::new(client_for(
-            &endpoint,
-            &server,
-            server.secret_key(),
-            PayloadMode::Unsigned,
-        ));
+        let client = Rc::new(proxied_client(&proxy, &server));
         let part = 5 * MIB;
         let mut w = ObjectWriter::new(
             client.clone(),
@@ -312,13 +317,7 @@ fn a_permanent_403_stops_at_once_with_the_s3_code() {
     let proxy =
         FaultProxy::start(server.addr(), FaultPlan::answer_all(403, "AccessDenied")).unwrap();
     block_on(async {
-        let endpoint = format!("http://{}", proxy.host_port());
-        let client = Rc::new(client_for(
-            &endpoint,
-            &server,
-            server.secret_key(),
-            PayloadMode::Unsigned,
-        ));
+        let client = Rc::new(proxied_client(&proxy, &server));
         let mut w = ObjectWriter::new(
             client.clone(),
             server.bucket(),
@@ -345,13 +344,7 @@ fn a_part_refused_for_good_aborts_the_upload_and_tells_the_caller() {
     let plan = FaultPlan::answer_all(403, "AccessDenied").path_contains("partNumber=");
     let proxy = FaultProxy::start(server.addr(), plan).unwrap();
     block_on(async {
-        let endpoint = format!("http://{}", proxy.host_port());
-        let via_proxy = Rc::new(client_for(
-            &endpoint,
-            &server,
-            server.secret_key(),
-            PayloadMode::Unsigned,
-        ));
+        let via_proxy = Rc::new(proxied_client(&proxy, &server));
         let mut w = ObjectWriter::new(
             via_proxy.clone(),
             server.bucket(),
