@@ -1,14 +1,88 @@
-//! The `spillway` binary. The engine (shards, the Iggy source, the sinks) is built by later
-//! issues; until then the binary says so and exits with a non-zero status rather than
-//! pretending to run.
+//! The `spillway` binary: `spillway run --config F`, `spillway check --config F`.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
+use spillway::config;
+use spillway::coremap::{self, Machine};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Exit status for a config that does not load.
+const EXIT_CONFIG: u8 = 2;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "spillway",
+    version,
+    about = "Thread-per-core sink engine: Apache Iggy partitions to MQTT brokers and S3 stores"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run the engine until SIGINT/SIGTERM (or until a generate source is done).
+    Run {
+        /// The TOML config file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Check a config and print the core map, without connecting anywhere.
+    Check {
+        /// The TOML config file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+}
+
+fn load(path: &std::path::Path) -> Result<(config::Config, coremap::CoreMap), String> {
+    let cfg = config::load(path).map_err(|e| e.to_string())?;
+    let map = coremap::resolve(&cfg, &Machine::detect()).map_err(|(key, message)| {
+        config::ConfigError {
+            file: path.to_owned(),
+            key,
+            message,
+        }
+        .to_string()
+    })?;
+    Ok((cfg, map))
+}
+
 fn main() -> ExitCode {
-    eprintln!(
-        "spillway {}: the engine is not built yet (see the open issues); \
-         `spillway-bench codec` is the runnable part today",
-        env!("CARGO_PKG_VERSION")
-    );
-    ExitCode::from(2)
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SPILLWAY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match cli.command {
+        Cmd::Check { config } => match load(&config) {
+            Ok((cfg, map)) => {
+                print!("{}", map.render(&cfg));
+                println!("{}: OK", config.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(EXIT_CONFIG)
+            }
+        },
+        Cmd::Run { config } => match load(&config) {
+            Ok((cfg, map)) => {
+                let status = spillway::control::run(cfg, map);
+                ExitCode::from(u8::try_from(status).unwrap_or(1))
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(EXIT_CONFIG)
+            }
+        },
+    }
 }

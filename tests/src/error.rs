@@ -94,9 +94,56 @@ pub enum HarnessError {
     },
     /// A container could not be started (feature `containers`).
     Container(String),
+    /// An Iggy server refused a request: a nonzero reply `status`, a rejection in the result
+    /// section of a replicated reply, or a session-terminal Eviction frame.
+    IggyRefused {
+        /// Which request, e.g. `create_stream`.
+        request: String,
+        /// Which of the three refusal channels carried the code.
+        channel: IggyChannel,
+        /// The Iggy error code (`status` / result code), or the eviction reason.
+        code: u32,
+        /// A readable name of the code, e.g. `StreamIdNotFound`.
+        name: String,
+    },
+    /// An Iggy server answered with an empty body where something was expected (the server's
+    /// way of saying "no such resource" for reads such as get topic).
+    IggyNotFound(String),
+    /// An Iggy peer sent bytes that are not a valid frame or body, or an unexpected one.
+    IggyProtocol(String),
+}
+
+/// How an Iggy server said no (see [`HarnessError::IggyRefused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IggyChannel {
+    /// `ReplyHeader.status`: a denial before the request took effect; the body is empty.
+    Status,
+    /// The result section of a replicated reply: the request was applied as a rejection.
+    Result,
+    /// An Eviction frame: the session is over (bad credentials, no session, stale client...).
+    Eviction,
+}
+
+impl fmt::Display for IggyChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IggyChannel::Status => "status",
+            IggyChannel::Result => "result",
+            IggyChannel::Eviction => "eviction reason",
+        })
+    }
 }
 
 impl HarnessError {
+    /// The Iggy code of an [`HarnessError::IggyRefused`] (status, result code or eviction
+    /// reason), `None` for every other error.
+    pub fn iggy_code(&self) -> Option<u32> {
+        match self {
+            HarnessError::IggyRefused { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
         HarnessError::Io {
             context: context.into(),
@@ -165,6 +212,14 @@ impl fmt::Display for HarnessError {
                 "expected {expected} messages within {waited:?}, but only {received} arrived"
             ),
             HarnessError::Container(msg) => write!(f, "container error: {msg}"),
+            HarnessError::IggyRefused {
+                request,
+                channel,
+                code,
+                name,
+            } => write!(f, "Iggy refused `{request}`: {channel} {code} {name}"),
+            HarnessError::IggyNotFound(what) => write!(f, "Iggy has no {what}"),
+            HarnessError::IggyProtocol(msg) => write!(f, "Iggy protocol error: {msg}"),
         }
     }
 }

@@ -9,6 +9,9 @@
 //! - [`TestCa`]: certificates made with rcgen for TLS tests.
 //! - [`FaultProxy`]: an HTTP proxy that injects faults (dropped connections, 500, 503 SlowDown,
 //!   stalls, a fixed error answer) into a seeded share of S3 requests.
+//! - [`IggyStandIn`]: a stand-in for the Iggy server (not the real server), built on the real
+//!   wire-format crate; [`IggyServer`] picks a real server instead when `SPILLWAY_TEST_IGGY` is
+//!   set, and [`IggyAdmin`] is a small synchronous client for both (see [`iggy`]).
 //! - `containers` (feature `containers`): EMQX and MinIO through testcontainers where Docker
 //!   exists.
 //!
@@ -22,6 +25,7 @@ pub mod containers;
 mod error;
 pub mod faultproxy;
 mod fsutil;
+pub mod iggy;
 mod mosquitto;
 mod mqtt_wire;
 pub mod ports;
@@ -33,8 +37,12 @@ mod tls;
 mod transport;
 
 pub use certs::{IssuedCert, TestCa};
-pub use error::HarnessError;
+pub use error::{HarnessError, IggyChannel};
 pub use faultproxy::{FaultPlan, FaultProxy, FaultStats, FixedAnswer};
+pub use iggy::{
+    IggyAdmin, IggyServer, IggyStandIn, IggyStandInOpts, PolledTestBatch, PolledTestMessage,
+    TestConsumer, TestMessage, TestPolling,
+};
 pub use mosquitto::{Mosquitto, MosquittoOpts, TlsMode};
 pub use mqtt_wire::{ConnAckInfo, MqttVersion};
 pub use process::{LOG_TAIL_LINES, ServerProcess};

@@ -1,0 +1,144 @@
+use std::path::Path;
+
+use super::*;
+
+fn parse_with(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    parse(text, Path::new("spillway.toml"), &move |name| {
+        env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    })
+}
+
+const GOOD: &str = r#"
+[iggy]
+address = "127.0.0.1:8090"
+username = "iggy"
+password = "secret"
+
+[runtime]
+cores = [1]
+shard_memory_budget = "64MiB"
+
+[metrics]
+address = "127.0.0.1:0"
+
+[[sink]]
+name = "to-file"
+type = "file"
+stream = "events"
+topic = "orders"
+partitions = [0, 1]
+window_messages = 500
+poll_interval = "2ms"
+
+[sink.file]
+path = "/tmp/out.jsonl"
+"#;
+
+#[test]
+fn a_good_file_loads_with_defaults() {
+    let c = parse_with(GOOD, &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.sinks.len(), 1);
+    let s = &c.sinks[0];
+    assert_eq!(s.window_messages, 500);
+    assert_eq!(s.batch_size, 1000);
+    assert_eq!(s.poll_interval.0, std::time::Duration::from_millis(2));
+    assert_eq!(s.consumer_name(), "to-file");
+    assert_eq!(c.runtime.cores, Cores::List(vec![1]));
+    assert_eq!(c.runtime.shard_memory_budget.0, 64 << 20);
+    assert_eq!(s.stream, Some(Ident::Name("events".into())));
+}
+
+fn error_of(text: &str) -> ConfigError {
+    match parse_with(text, &[]) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn an_unknown_key_is_named_with_the_file() {
+    let e = error_of(&GOOD.replace("window_messages = 500", "window_mesages = 500"));
+    let text = e.to_string();
+    assert!(text.starts_with("spillway.toml: "), "{text}");
+    assert!(text.contains("window_mesages"), "{text}");
+    assert_eq!(e.key, "sink[0].window_mesages");
+}
+
+#[test]
+fn a_wrong_type_is_named() {
+    let e = error_of(&GOOD.replace("window_messages = 500", "window_messages = \"lots\""));
+    assert_eq!(e.key, "sink[0].window_messages");
+    assert!(e.message.contains("invalid type"), "{}", e.message);
+}
+
+#[test]
+fn impossible_values_are_named() {
+    let e = error_of(&GOOD.replace("window_messages = 500", "window_messages = 0"));
+    assert_eq!(e.key, "sink[0].window_messages");
+    let e = error_of(&GOOD.replace(
+        "poll_interval = \"2ms\"",
+        "poll_interval = \"2 fortnights\"",
+    ));
+    assert_eq!(e.key, "sink[0].poll_interval");
+    assert!(e.message.contains("unknown duration unit"), "{}", e.message);
+    let e = error_of(&GOOD.replace("partitions = [0, 1]", "partitions = [0, 0]"));
+    assert!(e.message.contains("listed twice"));
+    let e = error_of(&GOOD.replace("partitions = [0, 1]", ""));
+    assert_eq!(e.key, "sink[0].partitions");
+    let e = error_of(&GOOD.replace("path = \"/tmp/out.jsonl\"", ""));
+    assert_eq!(e.key, "sink[0].file.path");
+    let e = error_of(&GOOD.replace("address = \"127.0.0.1:0\"", "address = \"localhost\""));
+    assert_eq!(e.key, "metrics.address");
+}
+
+#[test]
+fn credentials_come_from_the_file_or_the_environment() {
+    let without = GOOD.replace("password = \"secret\"", "");
+    let e = error_of(&without);
+    assert_eq!(e.key, "iggy.password");
+    assert!(e.message.contains("SPILLWAY_IGGY_PASSWORD"));
+    let c =
+        parse_with(&without, &[(ENV_IGGY_PASSWORD, "from-env")]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.iggy.password.as_ref().map(Secret::expose),
+        Some("from-env")
+    );
+    assert!(
+        !format!("{c:?}").contains("from-env"),
+        "Debug must redact the password"
+    );
+    assert!(!format!("{c:?}").contains("secret"));
+}
+
+#[test]
+fn generate_sources_need_no_iggy() {
+    let text = r#"
+[[sink]]
+name = "demo"
+type = "stdout"
+source = "generate"
+[sink.generate]
+partitions = 4
+rate = 1000
+size = 128
+messages = 10000
+"#;
+    let c = parse_with(text, &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.sinks[0].generate.as_ref().map(|g| g.partitions), Some(4));
+    let e = error_of(&format!("{text}\n").replace(
+        "source = \"generate\"",
+        "source = \"generate\"\nstream = \"x\"",
+    ));
+    assert_eq!(e.key, "sink[0].stream");
+}
+
+#[test]
+fn bad_toml_is_reported() {
+    let e = error_of("[[sink]\nname = ");
+    assert!(e.message.contains("not valid TOML"), "{}", e.message);
+    assert!(e.key.is_empty());
+}

@@ -1,0 +1,293 @@
+//! The control thread: starts the shards, turns SIGINT/SIGTERM into drain and stop commands,
+//! merges the shards' reports, serves `/metrics` and logs the progress line.
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use tracing::{error, info, warn};
+
+use crate::config::{Config, SourceKind};
+use crate::coremap::CoreMap;
+use crate::iggy::Endpoint;
+use crate::metrics::{Command, Merged, Report};
+use crate::shard::{self, ShardHandle};
+
+/// Exit status: everything drained and stored.
+pub const EXIT_OK: i32 = 0;
+/// Exit status: a sink or the source failed for good.
+pub const EXIT_FAILED: i32 = 1;
+/// Exit status: stopped by a second signal without waiting for the sinks.
+pub const EXIT_FORCED: i32 = 130;
+
+/// How long the shards get after a forced stop before the process leaves without them.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Builds the Iggy endpoint (TLS configuration included) when a sink reads from Iggy.
+pub fn endpoint(config: &Config) -> Result<Option<Endpoint>, String> {
+    if !config.sinks.iter().any(|s| s.source == SourceKind::Iggy) {
+        return Ok(None);
+    }
+    let iggy = &config.iggy;
+    let tls = if iggy.tls {
+        let cfg = crate::tls::client_config(iggy.tls_ca.as_deref(), None, &[])
+            .map_err(|e| format!("iggy.tls_ca: {e}"))?;
+        let name = crate::tls::server_name(&iggy.address, iggy.tls_server_name.as_deref())
+            .map_err(|e| format!("iggy.tls_server_name: {e}"))?;
+        Some((cfg, name))
+    } else {
+        None
+    };
+    Ok(Some(Endpoint {
+        address: iggy.address.clone(),
+        tls,
+        connect_timeout: iggy.connect_timeout.0,
+        request_timeout: iggy.request_timeout.0,
+    }))
+}
+
+/// Runs the engine until it is done or stopped; returns the exit status.
+pub fn run(config: Config, map: CoreMap) -> i32 {
+    if let Err(e) = monoio::utils::bind_to_cpu_set([map.control_core]) {
+        warn!(
+            "could not pin the control thread to core {}: {e:?}",
+            map.control_core
+        );
+    }
+    if monoio::utils::detect_uring() {
+        info!("io_uring is available: shards run on io_uring");
+    } else {
+        warn!("io_uring is unavailable: shards use the legacy (epoll) driver");
+    }
+    let endpoint = match endpoint(&config) {
+        Ok(e) => e,
+        Err(e) => {
+            error!("{e}");
+            return EXIT_FAILED;
+        }
+    };
+    let signals = Arc::new(AtomicUsize::new(0));
+    if let Err(e) = watch_signals(Arc::clone(&signals)) {
+        error!("installing signal handlers: {e}");
+        return EXIT_FAILED;
+    }
+    let metrics = match config.metrics.address.as_str() {
+        "" => None,
+        addr => match TcpListener::bind(addr).and_then(|l| l.set_nonblocking(true).map(|()| l)) {
+            Ok(l) => {
+                if let Ok(a) = l.local_addr() {
+                    info!("metrics on http://{a}/metrics");
+                }
+                Some(l)
+            }
+            Err(e) => {
+                error!("metrics.address {addr}: {e}");
+                return EXIT_FAILED;
+            }
+        },
+    };
+
+    let config = Arc::new(config);
+    let reports = Arc::new(ArrayQueue::new(64 * map.shards.len().max(1)));
+    let mut shards: Vec<ShardHandle> = Vec::new();
+    for plan in &map.shards {
+        match shard::spawn(
+            plan.clone(),
+            Arc::clone(&config),
+            endpoint.clone(),
+            Arc::clone(&reports),
+        ) {
+            Ok(h) => shards.push(h),
+            Err(e) => {
+                error!("starting shard {}: {e}", plan.index);
+                for h in &shards {
+                    let _ = h.commands.push(Command::Stop);
+                }
+                return EXIT_FAILED;
+            }
+        }
+    }
+    info!(
+        shards = shards.len(),
+        control_core = map.control_core,
+        "spillway {} running",
+        env!("CARGO_PKG_VERSION")
+    );
+
+    let names = config.sinks.iter().map(|s| s.name.clone()).collect();
+    let mut merged = Merged::new(shards.len(), names);
+    let mut finished = vec![false; shards.len()];
+    let mut status = EXIT_OK;
+    let mut seen_signals = 0;
+    let mut drain_deadline: Option<Instant> = None;
+    let mut hard_deadline: Option<Instant> = None;
+    let log_every = config.metrics.log_interval.0;
+    let mut next_log = Instant::now() + log_every;
+    let mut last_totals = (Instant::now(), 0u64, 0u64);
+    let shutdown_timeout = config.runtime.shutdown_timeout.0;
+
+    let broadcast = |shards: &[ShardHandle], cmd: Command| {
+        for h in shards {
+            if h.commands.push(cmd).is_err() {
+                warn!("a shard's command queue is full");
+            }
+        }
+    };
+
+    loop {
+        let now = Instant::now();
+        let signalled = signals.load(Ordering::SeqCst);
+        if signalled > seen_signals {
+            seen_signals = signalled;
+            if signalled == 1 && drain_deadline.is_none() {
+                let deadline = now + shutdown_timeout;
+                info!(
+                    "signal received: draining (up to {shutdown_timeout:?}); a second signal stops at once"
+                );
+                drain_deadline = Some(deadline);
+                broadcast(&shards, Command::Drain { deadline });
+            } else if hard_deadline.is_none() {
+                warn!("second signal: stopping now (only confirmed offsets are stored)");
+                status = EXIT_FORCED;
+                hard_deadline = Some(now + STOP_GRACE);
+                broadcast(&shards, Command::Stop);
+            }
+        }
+        if let Some(d) = drain_deadline
+            && now > d + Duration::from_millis(500)
+            && hard_deadline.is_none()
+        {
+            warn!("the sinks did not drain in time: stopping");
+            hard_deadline = Some(now + STOP_GRACE);
+            broadcast(&shards, Command::Stop);
+        }
+        while let Some(report) = reports.pop() {
+            match report {
+                Report::Stats { shard, sinks } => merged.absorb(shard, sinks),
+                Report::Fatal { shard, message } => {
+                    error!(shard, "{message}");
+                    status = EXIT_FAILED;
+                    if drain_deadline.is_none() {
+                        let deadline = now + shutdown_timeout;
+                        drain_deadline = Some(deadline);
+                        broadcast(&shards, Command::Drain { deadline });
+                    }
+                }
+                Report::Finished { shard } => {
+                    if let Some(f) = finished.get_mut(shard) {
+                        *f = true;
+                    }
+                }
+            }
+        }
+        if let Some(listener) = &metrics {
+            serve_metrics(listener, &merged);
+        }
+        if !log_every.is_zero() && now >= next_log {
+            next_log = now + log_every;
+            last_totals = progress(&mut merged, last_totals);
+        }
+        if finished.iter().all(|f| *f) {
+            break;
+        }
+        if hard_deadline.is_some_and(|d| now > d) {
+            error!("shards did not stop in time; exiting without them");
+            summary(&merged);
+            return status.max(EXIT_FAILED);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for h in shards {
+        let _ = h.thread.join();
+    }
+    summary(&merged);
+    status
+}
+
+fn watch_signals(counter: Arc<AtomicUsize>) -> std::io::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])?;
+    std::thread::Builder::new()
+        .name("spillway-signals".to_owned())
+        .spawn(move || {
+            for _ in signals.forever() {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        })?;
+    Ok(())
+}
+
+fn progress(merged: &mut Merged, last: (Instant, u64, u64)) -> (Instant, u64, u64) {
+    let now = Instant::now();
+    let totals = merged.totals();
+    let confirmed: u64 = totals.iter().map(|t| t.0.confirmed).sum();
+    let bytes: u64 = totals.iter().map(|t| t.0.confirmed_bytes).sum();
+    let in_flight: u64 = totals.iter().map(|t| t.1).sum();
+    let lag: u64 = totals.iter().map(|t| t.2).sum();
+    let secs = now.duration_since(last.0).as_secs_f64().max(1e-3);
+    let rate = (confirmed - last.1.min(confirmed)) as f64 / secs;
+    let mbps = (bytes - last.2.min(bytes)) as f64 / secs / 1e6;
+    let p99 = merged.window.value_at_quantile(0.99) as f64 / 1e3;
+    merged.window.reset();
+    info!(
+        "progress: {rate:.0} msgs/s, {mbps:.2} MB/s, in flight {in_flight}, confirmed {confirmed}, lag {lag}, p99 {p99:.2} ms"
+    );
+    (now, confirmed, bytes)
+}
+
+fn summary(merged: &Merged) {
+    for (i, (c, _, lag)) in merged.totals().iter().enumerate() {
+        let p99 = merged
+            .latency
+            .get(i)
+            .map_or(0.0, |h| h.value_at_quantile(0.99) as f64 / 1e3);
+        info!(
+            sink = %merged.names.get(i).map_or("?", String::as_str),
+            "summary: polled {}, confirmed {} ({} bytes), failed {}, skipped {}, redelivered {}, offsets stored {}, lag {lag}, p99 {p99:.2} ms",
+            c.messages_in, c.confirmed, c.confirmed_bytes, c.failed, c.skipped, c.redelivered, c.commits
+        );
+    }
+}
+
+fn serve_metrics(listener: &TcpListener, merged: &Merged) {
+    while let Ok((stream, _)) = listener.accept() {
+        if let Err(e) = answer(stream, merged) {
+            warn!("metrics request: {e}");
+        }
+    }
+}
+
+fn answer(mut stream: TcpStream, merged: &Merged) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_millis(500)))?;
+    stream.set_write_timeout(Some(Duration::from_millis(500)))?;
+    let mut buf = [0u8; 4096];
+    let mut len = 0;
+    while len < buf.len() {
+        let n = stream.read(&mut buf[len..])?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+        if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    let request = String::from_utf8_lossy(&buf[..len]);
+    let path = request.split_whitespace().nth(1).unwrap_or("");
+    let (status, body) = if path == "/metrics" || path.starts_with("/metrics?") {
+        ("200 OK", merged.prometheus())
+    } else {
+        ("404 Not Found", "try /metrics\n".to_owned())
+    };
+    write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}

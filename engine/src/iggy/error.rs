@@ -1,0 +1,129 @@
+//! Errors of the Iggy source: transport, protocol, and the server's codes by name.
+
+use std::fmt;
+use std::io;
+
+/// What went wrong talking to Iggy.
+#[derive(Debug)]
+pub enum IggyError {
+    /// The connection failed or broke.
+    Io(io::Error),
+    /// No reply within the deadline.
+    Timeout(&'static str),
+    /// The server closed the session (bad login, stale client, incompatible protocol...).
+    Evicted {
+        /// `EvictionReason` code.
+        reason: u8,
+    },
+    /// The server refused the request with an Iggy error code.
+    Status {
+        /// The `IggyError` code.
+        code: u32,
+    },
+    /// A frame or body that does not decode, or a checksum that does not match.
+    Malformed(String),
+    /// A TLS configuration or handshake problem.
+    Tls(String),
+    /// A stream, topic, partition or group the config names does not exist.
+    NotFound(String),
+}
+
+impl IggyError {
+    /// Whether reconnecting (or retrying) may help: lost connections, timeouts, a stale
+    /// session, transient server states. Bad credentials, missing streams and malformed data
+    /// do not go away by retrying.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            IggyError::Io(_) | IggyError::Timeout(_) => true,
+            IggyError::Evicted { reason } => matches!(reason, 1 | 7 | 8 | 13),
+            // 40: the session is gone (e.g. after a stale-client eviction): log in again.
+            IggyError::Status { code } => matches!(code, 30 | 40 | 57 | 58),
+            IggyError::Malformed(_) | IggyError::Tls(_) | IggyError::NotFound(_) => false,
+        }
+    }
+}
+
+impl fmt::Display for IggyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IggyError::Io(e) => write!(f, "connection to Iggy failed: {e}"),
+            IggyError::Timeout(what) => write!(f, "Iggy did not answer {what} in time"),
+            IggyError::Evicted { reason } => write!(
+                f,
+                "Iggy closed the session: {} (eviction reason {reason})",
+                eviction_name(*reason)
+            ),
+            IggyError::Status { code } => {
+                write!(
+                    f,
+                    "Iggy refused the request: {} (error {code})",
+                    code_name(*code)
+                )
+            }
+            IggyError::Malformed(what) => write!(f, "malformed data from Iggy: {what}"),
+            IggyError::Tls(what) => write!(f, "TLS to Iggy: {what}"),
+            IggyError::NotFound(what) => f.write_str(what),
+        }
+    }
+}
+
+impl std::error::Error for IggyError {}
+
+impl From<io::Error> for IggyError {
+    fn from(e: io::Error) -> Self {
+        IggyError::Io(e)
+    }
+}
+
+/// A readable name for an eviction reason (`EvictionReason` of the wire crate).
+pub fn eviction_name(reason: u8) -> &'static str {
+    match reason {
+        1 => "no session",
+        2 => "client release too low",
+        3 => "client release too high",
+        4 => "invalid request operation",
+        5 => "invalid request body",
+        6 => "invalid request body size",
+        7 => "session too low",
+        8 => "session release mismatch",
+        9 => "invalid credentials (wrong username or password)",
+        10 => "invalid token (personal access token refused)",
+        11 => "user inactive",
+        12 => "session error",
+        13 => "stale client (no request for too long)",
+        14 => "incompatible protocol version",
+        15 => "malformed login",
+        _ => "unknown reason",
+    }
+}
+
+/// A readable name for the Iggy error codes the engine can meet (from the server's
+/// `IggyError` table).
+pub fn code_name(code: u32) -> &'static str {
+    match code {
+        1 => "Error",
+        3 => "InvalidCommand",
+        5 => "FeatureUnavailable",
+        20 => "ResourceNotFound",
+        4 => "InvalidFormat",
+        30 => "StaleClient",
+        40 => "Unauthenticated",
+        41 => "Unauthorized",
+        42 => "InvalidCredentials",
+        43 => "InvalidUsername",
+        44 => "InvalidPassword",
+        57 => "TransientNotCommitted",
+        58 => "TransientNotAccepted",
+        1009 => "StreamIdNotFound",
+        1010 => "StreamNameNotFound",
+        2010 => "TopicIdNotFound",
+        2011 => "TopicNameNotFound",
+        3007 => "PartitionNotFound",
+        4100 => "InvalidOffset",
+        5000 => "ConsumerGroupIdNotFound",
+        5003 => "ConsumerGroupNameNotFound",
+        5006 => "ConsumerGroupMemberNotFound",
+        5009 => "ConsumerGroupPartitionNotOwned",
+        _ => "unknown error",
+    }
+}

@@ -1,0 +1,13 @@
+//! The Iggy source: the TCP binary protocol of Iggy server 0.9.0-edge.5 on monoio, built on the
+//! `iggy_binary_protocol` codec (`engine/iggy-protocol.md` has the wire notes).
+
+mod client;
+mod conn;
+mod error;
+mod poll;
+pub mod proto;
+
+pub use client::{Credentials, IggyClient, PartitionState, wire_ident};
+pub use conn::{Connection, Endpoint};
+pub use error::{IggyError, code_name, eviction_name};
+pub use poll::{Polled, RESYNC_SENTINEL};

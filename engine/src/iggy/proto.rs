@@ -1,0 +1,260 @@
+//! The Iggy TCP frame layer, sans-IO: request headers out, reply headers in (server
+//! 0.9.0-edge.5, `iggy_binary_protocol` 0.11.0-edge.4; see `engine/iggy-protocol.md`).
+//!
+//! Every frame is a 256-byte header (its total size at byte 48) and a body. Requests carry the
+//! connection's random client id, the session from the login reply and a request number that
+//! advances only on metadata-replicated operations; non-replicated commands put their code in
+//! the header's reserved bytes.
+
+use bytes::{Bytes, BytesMut};
+use iggy_binary_protocol::codes::{LOGIN_REGISTER_CODE, LOGIN_REGISTER_WITH_PAT_CODE};
+use iggy_binary_protocol::consensus::{
+    Command, EvictionHeader, GenericHeader, Operation, ReplyHeader, RequestHeader, result_code,
+    result_section_len,
+};
+use twox_hash::XxHash3_64;
+
+use super::error::IggyError;
+
+/// Size of every frame header.
+pub const HEADER_SIZE: usize = 256;
+/// Offset of the total frame size in a header.
+const SIZE_OFFSET: usize = 48;
+/// Largest reply frame accepted (a poll of many large messages stays far below).
+pub const MAX_FRAME: usize = 1 << 30;
+
+/// Per-connection request numbering.
+#[derive(Debug)]
+pub struct RequestState {
+    client: u128,
+    session: u64,
+    next_request: u64,
+    last_request: u64,
+}
+
+impl RequestState {
+    /// A new connection with a random nonzero client id.
+    pub fn new() -> RequestState {
+        let client = (u128::from(fastrand::u64(..)) << 64 | u128::from(fastrand::u64(..))).max(1);
+        RequestState {
+            client,
+            session: 0,
+            next_request: 1,
+            last_request: 0,
+        }
+    }
+
+    /// The connection's client id (the consumer-group member id on the server).
+    pub fn client(&self) -> u128 {
+        self.client
+    }
+
+    /// Records the session from the login reply.
+    pub fn set_session(&mut self, session: u64) {
+        self.session = session;
+    }
+
+    /// Appends the header and body of request `code` to `out`.
+    pub fn encode(&mut self, code: u32, body: &[u8], out: &mut BytesMut) -> Result<(), IggyError> {
+        let operation = if code == LOGIN_REGISTER_CODE || code == LOGIN_REGISTER_WITH_PAT_CODE {
+            Operation::Register
+        } else {
+            Operation::from_command_code(code).unwrap_or(Operation::NonReplicated)
+        };
+        let (request, session, checksum) = match operation {
+            Operation::Register => (0, 0, 0),
+            Operation::NonReplicated => (self.next_request, self.session, 0),
+            op if op.is_partition() => (self.next_request, self.session, 0),
+            _ => {
+                let r = self.next_request;
+                self.next_request += 1;
+                (r, self.session, u128::from(XxHash3_64::oneshot(body)))
+            }
+        };
+        self.last_request = request;
+        let size = u32::try_from(HEADER_SIZE + body.len())
+            .map_err(|_| IggyError::Malformed(format!("request body of {} bytes", body.len())))?;
+        let mut reserved = [0u8; 60];
+        if operation == Operation::NonReplicated {
+            reserved[..4].copy_from_slice(&code.to_le_bytes());
+        }
+        let header = RequestHeader {
+            command: Command::Request,
+            operation,
+            size,
+            client: self.client,
+            request,
+            session,
+            request_checksum: checksum,
+            reserved,
+            ..RequestHeader::default()
+        };
+        out.reserve(HEADER_SIZE + body.len());
+        out.extend_from_slice(bytemuck::bytes_of(&header));
+        out.extend_from_slice(body);
+        Ok(())
+    }
+
+    /// Checks a reply frame against the last request and returns its payload, a slice of
+    /// `frame` (no copy).
+    pub fn reply_body(&self, frame: &Bytes) -> Result<Bytes, IggyError> {
+        decode_reply(frame, Some(self.last_request))
+    }
+}
+
+impl Default for RequestState {
+    fn default() -> Self {
+        RequestState::new()
+    }
+}
+
+/// The total frame size from a header, checked against the limits.
+pub fn frame_size(header: &[u8; HEADER_SIZE]) -> Result<usize, IggyError> {
+    let mut size = [0u8; 4];
+    size.copy_from_slice(&header[SIZE_OFFSET..SIZE_OFFSET + 4]);
+    let size = u32::from_le_bytes(size) as usize;
+    if !(HEADER_SIZE..=MAX_FRAME).contains(&size) {
+        return Err(IggyError::Malformed(format!(
+            "frame size {size} outside {HEADER_SIZE}..={MAX_FRAME}"
+        )));
+    }
+    Ok(size)
+}
+
+/// The payload of a whole reply frame: an error for an eviction, a nonzero status or a failed
+/// result section.
+pub fn decode_reply(frame: &Bytes, expect_request: Option<u64>) -> Result<Bytes, IggyError> {
+    let head = frame
+        .get(..HEADER_SIZE)
+        .ok_or_else(|| IggyError::Malformed("short frame".to_owned()))?;
+    let generic: GenericHeader = bytemuck::checked::try_pod_read_unaligned(head)
+        .map_err(|e| IggyError::Malformed(format!("reply header: {e}")))?;
+    match generic.command {
+        Command::Eviction => {
+            let ev: EvictionHeader = bytemuck::checked::try_pod_read_unaligned(head)
+                .map_err(|e| IggyError::Malformed(format!("eviction header: {e}")))?;
+            Err(IggyError::Evicted {
+                reason: ev.reason as u8,
+            })
+        }
+        Command::Reply => {
+            let reply: ReplyHeader = bytemuck::checked::try_pod_read_unaligned(head)
+                .map_err(|e| IggyError::Malformed(format!("reply header: {e}")))?;
+            if let Some(expected) = expect_request
+                && reply.request != expected
+            {
+                return Err(IggyError::Malformed(format!(
+                    "reply to request {} while waiting for {expected}",
+                    reply.request
+                )));
+            }
+            if reply.status != 0 {
+                return Err(IggyError::Status { code: reply.status });
+            }
+            let end = (reply.size as usize).min(frame.len());
+            let body = frame.slice(HEADER_SIZE..end);
+            let framed = reply.operation.is_result_framed()
+                || (reply.operation == Operation::Register && !body.is_empty());
+            if !framed {
+                return Ok(body);
+            }
+            match result_code(&body) {
+                Some(0) => {
+                    let skip = result_section_len(&body)
+                        .ok_or_else(|| IggyError::Malformed("short result section".to_owned()))?;
+                    Ok(body.slice(skip..))
+                }
+                Some(code) => Err(IggyError::Status { code }),
+                None => Err(IggyError::Malformed("missing result section".to_owned())),
+            }
+        }
+        other => Err(IggyError::Malformed(format!(
+            "unexpected frame command {other:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iggy_binary_protocol::codes::{POLL_MESSAGES_CODE, STORE_CONSUMER_OFFSET_CODE};
+
+    #[test]
+    fn request_layout() {
+        let mut s = RequestState::new();
+        s.set_session(7);
+        let mut out = BytesMut::new();
+        let result = s.encode(POLL_MESSAGES_CODE, b"abc", &mut out);
+        assert!(result.is_ok());
+        assert_eq!(out.len(), 259);
+        assert_eq!(&out[48..52], &259u32.to_le_bytes());
+        assert_eq!(out[60], Command::Request as u8);
+        assert_eq!(&out[128..144], &s.client().to_le_bytes());
+        assert_eq!(&out[168..176], &1u64.to_le_bytes());
+        assert_eq!(out[176], Operation::NonReplicated as u8);
+        assert_eq!(&out[184..192], &7u64.to_le_bytes());
+        assert_eq!(&out[196..200], &POLL_MESSAGES_CODE.to_le_bytes());
+        assert_eq!(&out[256..], b"abc");
+
+        // A partition op: no code, request not advanced, unstamped.
+        out.clear();
+        assert!(s.encode(STORE_CONSUMER_OFFSET_CODE, b"x", &mut out).is_ok());
+        assert_eq!(out[176], Operation::StoreConsumerOffset as u8);
+        assert_eq!(&out[196..200], &[0; 4]);
+        assert_eq!(&out[144..160], &[0; 16]);
+        assert_eq!(&out[168..176], &1u64.to_le_bytes());
+    }
+
+    #[test]
+    fn replies_and_errors() {
+        let reply = |status: u32, op: Operation, request: u64, body: &[u8]| {
+            let h = ReplyHeader {
+                command: Command::Reply,
+                size: (HEADER_SIZE + body.len()) as u32,
+                status,
+                operation: op,
+                request,
+                ..ReplyHeader::default()
+            };
+            let mut f = BytesMut::new();
+            f.extend_from_slice(bytemuck::bytes_of(&h));
+            f.extend_from_slice(body);
+            f.freeze()
+        };
+        let ok = reply(0, Operation::NonReplicated, 3, b"hello");
+        assert_eq!(
+            decode_reply(&ok, Some(3)).ok(),
+            Some(Bytes::from_static(b"hello"))
+        );
+        assert!(matches!(
+            decode_reply(&ok, Some(4)),
+            Err(IggyError::Malformed(_))
+        ));
+        let denied = reply(1009, Operation::NonReplicated, 3, b"");
+        assert!(matches!(
+            decode_reply(&denied, None),
+            Err(IggyError::Status { code: 1009 })
+        ));
+        let mut framed = 0u32.to_le_bytes().to_vec();
+        framed.extend_from_slice(b"rest");
+        let store = reply(0, Operation::StoreConsumerOffset, 1, &framed);
+        assert_eq!(
+            decode_reply(&store, None).ok(),
+            Some(Bytes::from_static(b"rest"))
+        );
+        let ev = EvictionHeader::new(
+            0,
+            0,
+            0,
+            9,
+            iggy_binary_protocol::consensus::EvictionReason::InvalidCredentials,
+        );
+        let frame = Bytes::copy_from_slice(bytemuck::bytes_of(&ev));
+        match decode_reply(&frame, None) {
+            Err(e @ IggyError::Evicted { .. }) => {
+                assert!(e.to_string().contains("invalid credentials"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! Spillway: a thread-per-core sink engine that delivers Apache Iggy partitions to MQTT brokers
+//! and S3-compatible stores.
+//!
+//! The data path of one shard: the Iggy source polls the partitions pinned to its core
+//! ([`iggy`], [`runner`]); batches go to the sink ([`sink`]); the sink's confirmations move a
+//! per-partition watermark ([`ack`]) and only that watermark is stored in Iggy. The control
+//! thread ([`control`]) owns signals, metrics ([`metrics`]) and the shards ([`shard`]), which it
+//! reaches only through bounded lock-free queues.
+
+pub mod ack;
+pub mod config;
+pub mod control;
+pub mod coremap;
+pub mod generate;
+pub mod iggy;
+pub mod json;
+pub mod message;
+pub mod metrics;
+pub mod runner;
+pub mod shard;
+pub mod sink;
+pub mod tls;
+pub mod units;

@@ -1,0 +1,399 @@
+//! Counters and latency of each sink on each shard, the reports shards send to the control
+//! thread, and the Prometheus text rendering of the merged view.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+
+/// Poll-to-confirm latency in microseconds, up to an hour, 3 significant digits.
+pub fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3)
+        .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable_histogram()))
+}
+
+#[allow(clippy::panic)]
+fn unreachable_histogram() -> Histogram<u64> {
+    // The bounds above are valid constants; hdrhistogram only refuses invalid bounds.
+    panic!("hdrhistogram refused constant bounds")
+}
+
+/// Monotonic counters of one sink on one shard.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SinkCounters {
+    /// Messages polled from the source.
+    pub messages_in: u64,
+    /// Their payload bytes.
+    pub bytes_in: u64,
+    /// Messages handed to the sink.
+    pub messages_out: u64,
+    /// Their payload bytes.
+    pub bytes_out: u64,
+    /// Messages the sink confirmed.
+    pub confirmed: u64,
+    /// Their payload bytes.
+    pub confirmed_bytes: u64,
+    /// Messages the sink rejected for good.
+    pub failed: u64,
+    /// Of those, skipped by `on_error = "skip"`.
+    pub skipped: u64,
+    /// Messages the sink dropped and asked to get again.
+    pub redelivered: u64,
+    /// Offsets stored in Iggy.
+    pub commits: u64,
+    /// Reconnects to the source.
+    pub reconnects: u64,
+}
+
+/// One partition of one sink on one shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionGauge {
+    /// Stream.
+    pub stream: String,
+    /// Topic.
+    pub topic: String,
+    /// Partition id.
+    pub partition: u32,
+    /// Last offset stored in Iggy.
+    pub committed: Option<u64>,
+    /// The partition's current offset, as the last poll saw it.
+    pub head: Option<u64>,
+    /// Polled, unconfirmed messages.
+    pub in_flight: u64,
+}
+
+impl PartitionGauge {
+    /// Messages in the partition after the committed offset.
+    pub fn lag(&self) -> u64 {
+        match (self.head, self.committed) {
+            (Some(h), Some(c)) => h.saturating_sub(c),
+            (Some(h), None) => h + 1,
+            _ => 0,
+        }
+    }
+}
+
+/// What a shard reports about one sink.
+#[derive(Debug, Clone)]
+pub struct SinkReport {
+    /// Index into `config.sinks`.
+    pub sink: usize,
+    /// Counters since start.
+    pub counters: SinkCounters,
+    /// Polled, unconfirmed messages.
+    pub in_flight: u64,
+    /// Their payload bytes.
+    pub in_flight_bytes: u64,
+    /// Per partition.
+    pub partitions: Vec<PartitionGauge>,
+    /// Latencies recorded since the previous report.
+    pub latency: Histogram<u64>,
+}
+
+/// Messages from a shard to the control thread.
+#[derive(Debug)]
+pub enum Report {
+    /// Periodic statistics.
+    Stats {
+        /// Shard number.
+        shard: usize,
+        /// One per sink on the shard.
+        sinks: Vec<SinkReport>,
+    },
+    /// A sink stopped with an error: the engine drains and exits non-zero.
+    Fatal {
+        /// Shard number.
+        shard: usize,
+        /// What happened, naming the sink.
+        message: String,
+    },
+    /// The shard is done (all its sinks finished or stopped).
+    Finished {
+        /// Shard number.
+        shard: usize,
+    },
+}
+
+/// Commands from the control thread to shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// Stop polling, let sinks finish until the deadline, store offsets, end.
+    Drain {
+        /// When to give up waiting for the sinks.
+        deadline: Instant,
+    },
+    /// End now, storing only what is confirmed.
+    Stop,
+}
+
+/// The control thread's merged view.
+#[derive(Debug)]
+pub struct Merged {
+    /// Sink names, by index.
+    pub names: Vec<String>,
+    /// Latest report per (shard, sink).
+    pub latest: Vec<Vec<SinkReport>>,
+    /// Latency since start, per sink.
+    pub latency: Vec<Histogram<u64>>,
+    /// Latency since the last progress line, all sinks.
+    pub window: Histogram<u64>,
+}
+
+impl Merged {
+    /// An empty view for `shards` shards and these sinks.
+    pub fn new(shards: usize, names: Vec<String>) -> Merged {
+        let latency = names.iter().map(|_| latency_histogram()).collect();
+        Merged {
+            names,
+            latest: vec![Vec::new(); shards],
+            latency,
+            window: latency_histogram(),
+        }
+    }
+
+    /// Takes in one stats report.
+    pub fn absorb(&mut self, shard: usize, sinks: Vec<SinkReport>) {
+        for r in &sinks {
+            if let Some(h) = self.latency.get_mut(r.sink) {
+                let _ = h.add(&r.latency);
+            }
+            let _ = self.window.add(&r.latency);
+        }
+        if let Some(slot) = self.latest.get_mut(shard) {
+            *slot = sinks;
+        }
+    }
+
+    /// Counters summed over shards, per sink.
+    pub fn totals(&self) -> Vec<(SinkCounters, u64, u64)> {
+        let mut out = vec![(SinkCounters::default(), 0u64, 0u64); self.names.len()];
+        for shard in &self.latest {
+            for r in shard {
+                if let Some((c, inf, lag)) = out.get_mut(r.sink) {
+                    add(c, &r.counters);
+                    *inf += r.in_flight;
+                    *lag += r.partitions.iter().map(PartitionGauge::lag).sum::<u64>();
+                }
+            }
+        }
+        out
+    }
+
+    /// The Prometheus text exposition.
+    pub fn prometheus(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        type Counter = (&'static str, &'static str, fn(&SinkCounters) -> u64);
+        let counters: [Counter; 11] = [
+            (
+                "spillway_messages_in_total",
+                "Messages polled from the source.",
+                |c| c.messages_in,
+            ),
+            (
+                "spillway_bytes_in_total",
+                "Payload bytes polled from the source.",
+                |c| c.bytes_in,
+            ),
+            (
+                "spillway_messages_out_total",
+                "Messages handed to the sink.",
+                |c| c.messages_out,
+            ),
+            (
+                "spillway_bytes_out_total",
+                "Payload bytes handed to the sink.",
+                |c| c.bytes_out,
+            ),
+            (
+                "spillway_confirmed_total",
+                "Messages the sink confirmed.",
+                |c| c.confirmed,
+            ),
+            (
+                "spillway_confirmed_bytes_total",
+                "Payload bytes the sink confirmed.",
+                |c| c.confirmed_bytes,
+            ),
+            (
+                "spillway_failed_total",
+                "Messages the sink rejected for good.",
+                |c| c.failed,
+            ),
+            (
+                "spillway_skipped_total",
+                "Rejected messages skipped by on_error = skip.",
+                |c| c.skipped,
+            ),
+            (
+                "spillway_redelivered_total",
+                "Messages dropped by the sink and polled again.",
+                |c| c.redelivered,
+            ),
+            (
+                "spillway_offset_commits_total",
+                "Offsets stored in Iggy.",
+                |c| c.commits,
+            ),
+            (
+                "spillway_source_reconnects_total",
+                "Reconnects to the source.",
+                |c| c.reconnects,
+            ),
+        ];
+        for (name, help, get) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (shard, reports) in self.latest.iter().enumerate() {
+                for r in reports {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{shard=\"{shard}\",sink=\"{}\"}} {}",
+                        self.name(r.sink),
+                        get(&r.counters)
+                    );
+                }
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP spillway_in_flight_messages Polled messages not yet confirmed.\n# TYPE spillway_in_flight_messages gauge"
+        );
+        for (shard, reports) in self.latest.iter().enumerate() {
+            for r in reports {
+                let _ = writeln!(
+                    out,
+                    "spillway_in_flight_messages{{shard=\"{shard}\",sink=\"{}\"}} {}",
+                    self.name(r.sink),
+                    r.in_flight
+                );
+            }
+        }
+        let gauges: [(&str, &str); 2] = [
+            ("spillway_committed_offset", "Last offset stored in Iggy."),
+            (
+                "spillway_lag_messages",
+                "Messages after the committed offset.",
+            ),
+        ];
+        for (i, (name, help)) in gauges.iter().enumerate() {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (shard, reports) in self.latest.iter().enumerate() {
+                for r in reports {
+                    for p in &r.partitions {
+                        let value = if i == 0 {
+                            match p.committed {
+                                Some(c) => c.to_string(),
+                                None => continue,
+                            }
+                        } else {
+                            p.lag().to_string()
+                        };
+                        let _ = writeln!(
+                            out,
+                            "{name}{{shard=\"{shard}\",sink=\"{}\",stream=\"{}\",topic=\"{}\",partition=\"{}\"}} {value}",
+                            self.name(r.sink),
+                            escape(&p.stream),
+                            escape(&p.topic),
+                            p.partition
+                        );
+                    }
+                }
+            }
+        }
+        let name = "spillway_poll_to_confirm_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time from poll to the sink's confirmation.\n# TYPE {name} summary"
+        );
+        for (sink, h) in self.latency.iter().enumerate() {
+            for q in [0.5, 0.9, 0.99, 0.999] {
+                let _ = writeln!(
+                    out,
+                    "{name}{{sink=\"{}\",quantile=\"{q}\"}} {}",
+                    self.name(sink),
+                    h.value_at_quantile(q) as f64 / 1e6
+                );
+            }
+            let sum: f64 = h
+                .iter_recorded()
+                .map(|v| v.value_iterated_to() as f64 * v.count_at_value() as f64)
+                .sum();
+            let _ = writeln!(
+                out,
+                "{name}_sum{{sink=\"{}\"}} {}",
+                self.name(sink),
+                sum / 1e6
+            );
+            let _ = writeln!(
+                out,
+                "{name}_count{{sink=\"{}\"}} {}",
+                self.name(sink),
+                h.len()
+            );
+        }
+        out
+    }
+
+    fn name(&self, sink: usize) -> String {
+        escape(self.names.get(sink).map_or("?", String::as_str))
+    }
+}
+
+fn add(into: &mut SinkCounters, c: &SinkCounters) {
+    into.messages_in += c.messages_in;
+    into.bytes_in += c.bytes_in;
+    into.messages_out += c.messages_out;
+    into.bytes_out += c.bytes_out;
+    into.confirmed += c.confirmed;
+    into.confirmed_bytes += c.confirmed_bytes;
+    into.failed += c.failed;
+    into.skipped += c.skipped;
+    into.redelivered += c.redelivered;
+    into.commits += c.commits;
+    into.reconnects += c.reconnects;
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let mut m = Merged::new(2, vec!["a\"b".into()]);
+        let mut latency = latency_histogram();
+        let _ = latency.record(2_000);
+        let report = |confirmed| SinkReport {
+            sink: 0,
+            counters: SinkCounters {
+                confirmed,
+                ..SinkCounters::default()
+            },
+            in_flight: 3,
+            in_flight_bytes: 30,
+            partitions: vec![PartitionGauge {
+                stream: "s".into(),
+                topic: "t".into(),
+                partition: 1,
+                committed: Some(9),
+                head: Some(19),
+                in_flight: 3,
+            }],
+            latency: latency.clone(),
+        };
+        m.absorb(0, vec![report(5)]);
+        m.absorb(1, vec![report(7)]);
+        let text = m.prometheus();
+        assert!(
+            text.contains("spillway_confirmed_total{shard=\"1\",sink=\"a\\\"b\"} 7"),
+            "{text}"
+        );
+        assert!(text.contains("spillway_lag_messages{shard=\"0\",sink=\"a\\\"b\",stream=\"s\",topic=\"t\",partition=\"1\"} 10"));
+        assert!(text.contains("spillway_poll_to_confirm_seconds_count{sink=\"a\\\"b\"} 2"));
+        assert_eq!(m.totals()[0].0.confirmed, 12);
+    }
+}

@@ -1,0 +1,222 @@
+//! The sink interface.
+//!
+//! A sink lives on one shard, per sink config: it receives [`Batch`]es of one partition in
+//! offset order and later reports, through its [`Acks`], an outcome for every offset it was
+//! given: confirmed (delivered for good: PUBACK, PUBCOMP, a completed S3 object, a written
+//! line), failed for good (with a reason, handled by the sink's `on_error` policy), or to be
+//! redelivered (the sink dropped it; the engine polls again from that offset). Outcomes may
+//! come in any order and from any task of the shard; the engine commits to Iggy only the
+//! contiguous low watermark of confirmed offsets.
+
+mod file;
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+pub use file::FileSink;
+
+use crate::config::{SinkConfig, SinkType};
+use crate::message::Batch;
+
+/// What happened to offsets `first..=last` of a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Delivered for good.
+    Confirmed,
+    /// Rejected for good; the reason goes to the error policy and the log.
+    Failed(String),
+    /// Dropped by the sink: poll again from `first` (everything after it too).
+    Redeliver,
+}
+
+/// One report from a sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ack {
+    /// `PartitionInfo::slot` of the batch.
+    pub slot: usize,
+    /// First offset.
+    pub first: u64,
+    /// Last offset (inclusive).
+    pub last: u64,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+#[derive(Default)]
+struct AcksInner {
+    queue: RefCell<Vec<Ack>>,
+    waker: Cell<Option<Waker>>,
+}
+
+/// The channel from a sink (and its tasks) to the engine: shard-local, no locks.
+#[derive(Clone, Default)]
+pub struct Acks {
+    inner: Rc<AcksInner>,
+}
+
+impl std::fmt::Debug for Acks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acks")
+            .field("queued", &self.inner.queue.borrow().len())
+            .finish()
+    }
+}
+
+impl Acks {
+    /// A new, empty channel.
+    pub fn new() -> Acks {
+        Acks::default()
+    }
+
+    fn push(&self, ack: Ack) {
+        self.inner.queue.borrow_mut().push(ack);
+        if let Some(w) = self.inner.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Offsets `first..=last` of partition `slot` are delivered.
+    pub fn confirm(&self, slot: usize, first: u64, last: u64) {
+        self.push(Ack {
+            slot,
+            first,
+            last,
+            outcome: Outcome::Confirmed,
+        });
+    }
+
+    /// Offset `offset` of partition `slot` is rejected for good.
+    pub fn fail(&self, slot: usize, offset: u64, reason: impl Into<String>) {
+        self.push(Ack {
+            slot,
+            first: offset,
+            last: offset,
+            outcome: Outcome::Failed(reason.into()),
+        });
+    }
+
+    /// Partition `slot` must be delivered again from `from` on.
+    pub fn redeliver(&self, slot: usize, from: u64) {
+        self.push(Ack {
+            slot,
+            first: from,
+            last: u64::MAX,
+            outcome: Outcome::Redeliver,
+        });
+    }
+
+    /// Moves the queued reports into `out`.
+    pub fn drain_into(&self, out: &mut Vec<Ack>) {
+        out.append(&mut self.inner.queue.borrow_mut());
+    }
+
+    /// Whether reports are waiting.
+    pub fn is_empty(&self) -> bool {
+        self.inner.queue.borrow().is_empty()
+    }
+
+    /// Resolves once a report is queued.
+    pub fn ready(&self) -> AcksReady<'_> {
+        AcksReady { acks: self }
+    }
+}
+
+/// See [`Acks::ready`].
+#[derive(Debug)]
+pub struct AcksReady<'a> {
+    acks: &'a Acks,
+}
+
+impl Future for AcksReady<'_> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.acks.is_empty() {
+            return Poll::Ready(());
+        }
+        self.acks.inner.waker.set(Some(cx.waker().clone()));
+        Poll::Pending
+    }
+}
+
+/// A sink problem that stops the sink (the engine exits non-zero with it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkError(pub String);
+
+impl std::fmt::Display for SinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SinkError {}
+
+/// What every sink implements. Shard-local: futures need not be `Send`.
+#[allow(async_fn_in_trait)]
+pub trait Sink {
+    /// Checks the destination before anything is polled (connects, probes).
+    async fn start(&mut self) -> Result<(), SinkError>;
+    /// Takes a batch; the outcome of each offset comes later through the sink's [`Acks`].
+    async fn deliver(&mut self, batch: Batch) -> Result<(), SinkError>;
+    /// Time-driven work (flushes, rotation); called about every [`Sink::tick_interval`].
+    async fn tick(&mut self) -> Result<(), SinkError>;
+    /// How often [`Sink::tick`] wants to run.
+    fn tick_interval(&self) -> Duration {
+        Duration::from_millis(100)
+    }
+    /// Stops taking messages and finishes (and reports) what it holds, until `deadline`.
+    async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError>;
+    /// Partition `slot` is no longer this sink's (consumer-group rebalance): forget what is
+    /// held for it without reporting.
+    fn release(&mut self, slot: usize);
+}
+
+/// Every sink type, for static dispatch.
+#[derive(Debug)]
+pub enum AnySink {
+    /// JSON lines to a file or standard output.
+    File(FileSink),
+}
+
+/// Builds the sink of `config` for shard `shard`.
+pub fn build(config: &SinkConfig, shard: usize, acks: Acks) -> Result<AnySink, SinkError> {
+    match config.kind {
+        SinkType::File | SinkType::Stdout => Ok(AnySink::File(FileSink::new(config, shard, acks)?)),
+    }
+}
+
+impl Sink for AnySink {
+    async fn start(&mut self) -> Result<(), SinkError> {
+        match self {
+            AnySink::File(s) => s.start().await,
+        }
+    }
+    async fn deliver(&mut self, batch: Batch) -> Result<(), SinkError> {
+        match self {
+            AnySink::File(s) => s.deliver(batch).await,
+        }
+    }
+    async fn tick(&mut self) -> Result<(), SinkError> {
+        match self {
+            AnySink::File(s) => s.tick().await,
+        }
+    }
+    fn tick_interval(&self) -> Duration {
+        match self {
+            AnySink::File(s) => s.tick_interval(),
+        }
+    }
+    async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError> {
+        match self {
+            AnySink::File(s) => s.drain(deadline).await,
+        }
+    }
+    fn release(&mut self, slot: usize) {
+        match self {
+            AnySink::File(s) => s.release(slot),
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! Helpers for the engine's end-to-end tests: the `spillway` binary as a child process, its
+//! config, and the JSON lines the file sink writes.
+//!
+//! Iggy is the harness's STAND-IN server (built on the real wire-format crate) unless
+//! `SPILLWAY_TEST_IGGY=host:port` names a real server; every test creates its own stream.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use spillway_tests::{IggyAdmin, IggyServer, TestConsumer, TestMessage};
+
+/// The engine as a child process.
+pub struct Engine {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Engine {
+    /// Writes `config` to `dir/name.toml` and starts `spillway run` on it.
+    pub fn start(dir: &Path, name: &str, config: &str) -> Engine {
+        Self::start_with_env(dir, name, config, &[])
+    }
+
+    /// As [`Engine::start`], with extra environment variables.
+    pub fn start_with_env(dir: &Path, name: &str, config: &str, env: &[(&str, &str)]) -> Engine {
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, config).unwrap();
+        let log = dir.join(format!("{name}.log"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_spillway"));
+        cmd.arg("run")
+            .arg("--config")
+            .arg(&path)
+            .env("SPILLWAY_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().unwrap();
+        Engine { child, log }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal (`TERM`, `INT`, `KILL`).
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{sig} failed");
+    }
+
+    /// Waits for the process to end.
+    pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Its log (stderr) so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `spillway check` on a config; returns (exit code, stdout, stderr).
+pub fn check(dir: &Path, name: &str, config: &str) -> (i32, String, String) {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Waits until `f` is true.
+pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// A stream with one topic of `partitions` partitions, unique to this test.
+pub struct Topic {
+    pub stream: String,
+    pub topic: String,
+    pub partitions: u32,
+}
+
+/// Creates a unique stream and topic on `server`.
+pub fn topic(server: &IggyServer, test: &str, partitions: u32) -> Topic {
+    let stream = format!("spw-{test}-{:x}", fastrand::u32(..));
+    let mut admin = server.admin().unwrap();
+    admin.create_stream(&stream).unwrap();
+    admin.create_topic(&stream, "events", partitions).unwrap();
+    Topic {
+        stream,
+        topic: "events".to_owned(),
+        partitions,
+    }
+}
+
+/// Sends `count` messages to `partition`, payloads `"<tag>-p<partition>-<n>"` (JSON strings
+/// for even n, plain text for odd n), ids `n + 1`, a header on each.
+pub fn send(admin: &mut IggyAdmin, t: &Topic, partition: u32, tag: &str, from: u64, count: u64) {
+    let mut batch = Vec::new();
+    for n in from..from + count {
+        let text = format!("{tag}-p{partition}-{n}");
+        let payload = if n % 2 == 0 {
+            format!("{{\"text\":\"{text}\"}}")
+        } else {
+            text
+        };
+        batch.push(
+            TestMessage::new(u128::from(n) + 1, payload.into_bytes())
+                .with_header("n", &n.to_string()),
+        );
+        if batch.len() == 100 {
+            admin.send(&t.stream, &t.topic, partition, &batch).unwrap();
+            batch.clear();
+        }
+    }
+    if !batch.is_empty() {
+        admin.send(&t.stream, &t.topic, partition, &batch).unwrap();
+    }
+}
+
+/// The stored offset of a named consumer.
+pub fn stored(admin: &mut IggyAdmin, t: &Topic, consumer: &str, partition: u32) -> Option<u64> {
+    admin
+        .stored_offset(
+            &TestConsumer::Named(consumer.to_owned()),
+            &t.stream,
+            &t.topic,
+            partition,
+        )
+        .unwrap()
+}
+
+/// One line of the file sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub partition: u32,
+    pub offset: u64,
+    pub id: String,
+    pub payload: String,
+    pub header_n: Option<String>,
+}
+
+/// Reads the JSON lines of a file sink (a partial last line, being written, is skipped).
+pub fn lines(path: &Path) -> Vec<Line> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            let payload = match &v["payload"] {
+                serde_json::Value::String(s) => s.clone(),
+                other => other["text"]
+                    .as_str()
+                    .map(|s| format!("json:{s}"))
+                    .unwrap_or_default(),
+            };
+            Line {
+                partition: v["partition"].as_u64().unwrap() as u32,
+                offset: v["offset"].as_u64().unwrap(),
+                id: v["id"].as_str().unwrap_or_default().to_owned(),
+                payload,
+                header_n: v["headers"]["n"].as_str().map(str::to_owned),
+            }
+        })
+        .collect()
+}
+
+/// Lines grouped by partition, in file order.
+pub fn by_partition(lines: &[Line]) -> BTreeMap<u32, Vec<u64>> {
+    let mut out: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for l in lines {
+        out.entry(l.partition).or_default().push(l.offset);
+    }
+    out
+}
+
+/// A file-sink config reading `partitions` of `t` (or a consumer group).
+pub fn config(
+    server: &IggyServer,
+    t: &Topic,
+    source: &str,
+    out: &Path,
+    sink_extra: &str,
+    file_extra: &str,
+) -> String {
+    format!(
+        r#"
+[iggy]
+address = "{addr}"
+username = "{user}"
+password = "{password}"
+reconnect_min = "50ms"
+reconnect_max = "500ms"
+
+[runtime]
+shutdown_timeout = "5s"
+
+[metrics]
+address = ""
+log_interval = "0s"
+
+[[sink]]
+name = "file-out"
+type = "file"
+stream = "{stream}"
+topic = "{topic}"
+{source}
+poll_interval = "5ms"
+{defaults}
+{sink_extra}
+
+[sink.file]
+path = "{out}"
+{file_extra}
+"#,
+        addr = server.addr(),
+        user = server.username(),
+        password = server.password(),
+        stream = t.stream,
+        topic = t.topic,
+        out = out.display(),
+        defaults = [
+            ("batch_size", "batch_size = 50"),
+            ("commit_interval", "commit_interval = \"50ms\"")
+        ]
+        .iter()
+        .filter(|(key, _)| !sink_extra.contains(key))
+        .map(|(_, line)| *line)
+        .collect::<Vec<_>>()
+        .join("\n"),
+    )
+}
