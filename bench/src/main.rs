@@ -5,9 +5,11 @@
 //! ```text
 //! spillway-bench codec [--quick] [--out FILE]
 //! spillway-bench s3 [--quick] [--out FILE]
+//! spillway-bench engine [--quick] [--out FILE]
 //! ```
 
 mod codec;
+mod engine;
 mod harness;
 mod report;
 mod s3;
@@ -32,6 +34,9 @@ scenarios:
            to an s3s-fs the bench starts (signed and unsigned payloads), then 1 GiB to an
            in-process discard endpoint; MB/s and client CPU s/GiB (the peers need the
            default `peers` feature; without it ours alone is measured)
+  engine   the engine end to end on one shard, 100 B messages: the Iggy stand-in (or the
+           server in SPILLWAY_TEST_IGGY) to the file sink, and the generate source to the
+           file sink; msgs/s until every offset is stored
 
 options:
   --quick     fewer and shorter runs, smaller objects (CI smoke); the JSON is still written
@@ -44,6 +49,7 @@ options:
 enum Scenario {
     Codec,
     S3,
+    Engine,
 }
 
 impl Scenario {
@@ -51,6 +57,7 @@ impl Scenario {
         match self {
             Scenario::Codec => "codec",
             Scenario::S3 => "s3",
+            Scenario::Engine => "engine",
         }
     }
 
@@ -58,6 +65,7 @@ impl Scenario {
         match s {
             "codec" => Some(Scenario::Codec),
             "s3" => Some(Scenario::S3),
+            "engine" => Some(Scenario::Engine),
             _ => None,
         }
     }
@@ -161,6 +169,12 @@ fn run(opts: &Options) -> Result<(), String> {
     let rows = match opts.scenario {
         Scenario::Codec => run_codec(opts.quick, &mut progress)?,
         Scenario::S3 => run_s3(opts.quick, &mut progress)?,
+        Scenario::Engine => {
+            let (rows, text) = engine::run(opts.quick, &mut progress)?;
+            eprintln!("{:70}", "");
+            print!("{text}");
+            rows
+        }
     };
     let path = opts
         .out

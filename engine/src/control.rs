@@ -49,8 +49,20 @@ pub fn endpoint(config: &Config) -> Result<Option<Endpoint>, String> {
     }))
 }
 
-/// Runs the engine until it is done or stopped; returns the exit status.
+/// Runs the engine until it is done or stopped by SIGINT/SIGTERM; returns the exit status.
 pub fn run(config: Config, map: CoreMap) -> i32 {
+    let signals = Arc::new(AtomicUsize::new(0));
+    if let Err(e) = watch_signals(Arc::clone(&signals)) {
+        error!("installing signal handlers: {e}");
+        return EXIT_FAILED;
+    }
+    run_until(config, map, signals)
+}
+
+/// Runs the engine on the calling thread (which becomes the control thread) until it is done
+/// or `stop` is raised: 1 drains, 2 stops at once, like the first and second signal.
+pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
+    let signals = stop;
     if let Err(e) = monoio::utils::bind_to_cpu_set([map.control_core]) {
         warn!(
             "could not pin the control thread to core {}: {e:?}",
@@ -69,11 +81,6 @@ pub fn run(config: Config, map: CoreMap) -> i32 {
             return EXIT_FAILED;
         }
     };
-    let signals = Arc::new(AtomicUsize::new(0));
-    if let Err(e) = watch_signals(Arc::clone(&signals)) {
-        error!("installing signal handlers: {e}");
-        return EXIT_FAILED;
-    }
     let metrics = match config.metrics.address.as_str() {
         "" => None,
         addr => match TcpListener::bind(addr).and_then(|l| l.set_nonblocking(true).map(|()| l)) {
