@@ -426,8 +426,23 @@ impl Runner {
     }
 
     async fn drain(&mut self, deadline: Instant) -> Result<(), Fatal> {
-        self.sink.drain(deadline).await.map_err(|e| self.fatal(e))?;
-        while Instant::now() < deadline && self.parts.iter().flatten().any(|p| !p.tracker.is_idle())
+        // A second signal (Stop) cuts the drain short: whatever is confirmed by then is stored.
+        let shard = Rc::clone(&self.shard);
+        let stopped = async move {
+            while shard.mode.get() != Mode::Stop {
+                monoio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let drained = monoio::select! {
+            result = self.sink.drain(deadline) => Some(result),
+            () = stopped => None,
+        };
+        if let Some(result) = drained {
+            result.map_err(|e| self.fatal(e))?;
+        }
+        while Instant::now() < deadline
+            && self.shard.mode.get() != Mode::Stop
+            && self.parts.iter().flatten().any(|p| !p.tracker.is_idle())
         {
             self.apply_reports(false)?;
             if self.parts.iter().flatten().all(|p| p.tracker.is_idle()) {

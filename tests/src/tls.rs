@@ -1,11 +1,12 @@
 //! Client-side TLS settings for harness clients: which CA to trust, an optional client
-//! certificate, and the name to verify — turned into a rustls `ClientConfig` (ring provider).
+//! certificate, and the name to verify — turned into a rustls `ClientConfig` (ring provider);
+//! and the `ServerConfig` of harness servers that serve TLS themselves (the Iggy stand-in).
 
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 use crate::HarnessError;
 use crate::certs::IssuedCert;
@@ -91,4 +92,22 @@ impl ClientTls {
         };
         Ok(Arc::new(config))
     }
+}
+
+/// Builds a rustls server configuration (TLS 1.2 and 1.3, ring, no client authentication)
+/// presenting `cert`.
+pub(crate) fn server_config(cert: &IssuedCert) -> Result<Arc<ServerConfig>, HarnessError> {
+    let chain = CertificateDer::pem_slice_iter(cert.cert_pem().as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| HarnessError::Tls(format!("parsing the server certificate: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(cert.key_pem().as_bytes())
+        .map_err(|e| HarnessError::Tls(format!("parsing the server key: {e}")))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| HarnessError::Tls(format!("choosing protocol versions: {e}")))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| HarnessError::Tls(format!("using the server certificate: {e}")))?;
+    Ok(Arc::new(config))
 }

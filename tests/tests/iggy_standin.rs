@@ -21,8 +21,8 @@ use iggy_binary_protocol::{
 };
 use spillway_tests::iggy::codes;
 use spillway_tests::{
-    HarnessError, IggyAdmin, IggyChannel, IggyServer, IggyStandIn, IggyStandInOpts,
-    PolledTestMessage, TestConsumer, TestMessage, TestPolling,
+    DEFAULT_SERVER_NAME, HarnessError, IggyAdmin, IggyChannel, IggyServer, IggyStandIn,
+    IggyStandInOpts, PolledTestMessage, TestCa, TestConsumer, TestMessage, TestPolling,
 };
 
 /// A name no other test (or earlier run against a real server) uses.
@@ -844,4 +844,91 @@ fn requests_carry_the_code_only_when_non_replicated() {
     assert_eq!(header.reserved[..4], [0, 0, 0, 0]);
     assert_ne!(header.request_checksum, 0);
     assert_eq!(header.session, admin.session());
+}
+
+// ------------------------------------------------------------------------------------- TLS
+
+#[test]
+fn a_tls_stand_in_serves_the_protocol_over_tls_with_its_ca() {
+    let iggy = IggyStandIn::start_with(IggyStandInOpts::new().tls()).unwrap();
+    let ca_pem = iggy.ca_pem().expect("a TLS stand-in has a CA").to_owned();
+    assert!(ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+    assert!(IggyStandIn::start().unwrap().ca_pem().is_none());
+
+    // Through admin() (TLS, since the stand-in serves TLS) and through connect_tls by name and
+    // by IP address: a large batch too, so replies span several TLS records.
+    let mut admin = iggy.admin().unwrap();
+    let (stream, topic) = topic(&mut admin, 1);
+    let big: Vec<TestMessage> = (1..=40u128)
+        .map(|id| TestMessage::new(id, vec![b'x'; 4096]))
+        .collect();
+    admin.send(&stream, &topic, 0, &big).unwrap();
+    for name in [DEFAULT_SERVER_NAME, "127.0.0.1"] {
+        let mut other =
+            IggyAdmin::connect_tls(iggy.addr(), &ca_pem, name, iggy.username(), iggy.password())
+                .unwrap();
+        let polled = other
+            .poll(&named("tls-reader"), &stream, &topic, 0, 0, 100)
+            .unwrap();
+        assert_eq!(offsets(&polled), (0..40).collect::<Vec<u64>>());
+        assert!(polled.iter().all(|m| m.payload.len() == 4096));
+        other.ping().unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while iggy.connection_count() != 1 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        iggy.connection_count(),
+        1,
+        "closed TLS connections are cleaned up"
+    );
+
+    // A wrong password over TLS is refused as over plain TCP.
+    let wrong = IggyAdmin::connect_tls(
+        iggy.addr(),
+        &ca_pem,
+        DEFAULT_SERVER_NAME,
+        iggy.username(),
+        "not-the-password",
+    );
+    assert!(
+        matches!(wrong, Err(HarnessError::IggyRefused { .. })),
+        "{wrong:?}"
+    );
+
+    // Killed connections end over TLS too.
+    iggy.kill_connections();
+    assert_eq!(iggy.connection_count(), 0);
+    assert!(admin.ping().is_err());
+}
+
+#[test]
+fn a_tls_stand_in_is_refused_by_a_client_trusting_another_ca_or_name() {
+    let iggy = IggyStandIn::start_with(IggyStandInOpts::new().tls()).unwrap();
+    let other_ca = TestCa::new("another CA").unwrap();
+    let wrong_ca = IggyAdmin::connect_tls(
+        iggy.addr(),
+        other_ca.cert_pem(),
+        DEFAULT_SERVER_NAME,
+        iggy.username(),
+        iggy.password(),
+    );
+    assert!(
+        matches!(wrong_ca, Err(HarnessError::Tls(_))),
+        "{wrong_ca:?}"
+    );
+    let wrong_name = IggyAdmin::connect_tls(
+        iggy.addr(),
+        iggy.ca_pem().unwrap(),
+        "not-the-server.example",
+        iggy.username(),
+        iggy.password(),
+    );
+    assert!(
+        matches!(wrong_name, Err(HarnessError::Tls(_))),
+        "{wrong_name:?}"
+    );
+    // The stand-in survives the failed handshakes.
+    iggy.admin().unwrap().ping().unwrap();
 }

@@ -11,7 +11,7 @@ use monoio::buf::{IoBufMut, SliceMut};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 use monoio::time::timeout;
-use monoio_rustls::{ClientTlsStream, TlsConnector};
+use monoio_rustls::{ClientTlsStream, TlsConnector, TlsError};
 
 use super::error::IggyError;
 use super::proto::{HEADER_SIZE, RequestState, frame_size};
@@ -46,6 +46,28 @@ impl std::fmt::Debug for Endpoint {
             .field("address", &self.address)
             .field("tls", &self.tls.is_some())
             .finish()
+    }
+}
+
+/// A failed TLS handshake: a TLS failure (an untrusted certificate, a wrong name, an alert
+/// from the server) is [`IggyError::Tls`], named by the rustls error; a plain I/O failure
+/// during the handshake (reset, closed) is [`IggyError::Io`], retried like a failed connect.
+/// (`TlsError`'s own `Display` says only "io error" / "rustls error", and monoio-rustls wraps
+/// the rustls errors of received records in an `io::Error`.)
+fn handshake_error(address: &str, e: TlsError) -> IggyError {
+    let e = match e {
+        TlsError::Rustls(e) => return IggyError::Tls(format!("handshake with {address}: {e}")),
+        TlsError::Io(e) => e,
+    };
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(tls) => IggyError::Tls(format!("handshake with {address}: {tls}")),
+        None => IggyError::Io(io::Error::new(
+            e.kind(),
+            format!("TLS handshake with {address}: {e}"),
+        )),
     }
 }
 
@@ -108,7 +130,7 @@ impl Connection {
                 )
                 .await
                 .map_err(|_| IggyError::Timeout("the TLS handshake"))?
-                .map_err(|e| IggyError::Tls(format!("handshake with {}: {e}", endpoint.address)))?;
+                .map_err(|e| handshake_error(&endpoint.address, e))?;
                 Stream::Tls(Box::new(tls))
             }
         };

@@ -7,7 +7,7 @@
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -49,6 +49,8 @@ use twox_hash::XxHash3_64;
 
 use super::codes;
 use super::wire::{FrameReader, ReadOutcome, now_micros};
+use crate::tls::ClientTls;
+use crate::transport::Transport;
 use crate::{HarnessError, IggyChannel};
 
 /// How long connecting, and waiting for any one reply, may take.
@@ -162,7 +164,7 @@ impl TestPolling {
 /// Works against the stand-in and a real server.
 #[derive(Debug)]
 pub struct IggyAdmin {
-    stream: TcpStream,
+    stream: Transport,
     reader: FrameReader,
     client: u128,
     session: u64,
@@ -209,20 +211,40 @@ impl IggyAdmin {
     /// with [`HarnessError::IggyRefused`] on the eviction channel (reason 9, invalid
     /// credentials).
     pub fn connect(addr: SocketAddr, username: &str, password: &str) -> Result<Self, HarnessError> {
-        let mut admin = Self::open(addr)?;
+        let mut admin = Self::open(addr, None)?;
+        admin.login_password(username, password)?;
+        Ok(admin)
+    }
+
+    /// As [`IggyAdmin::connect`], over TLS: trusts the CA given as PEM and verifies the server
+    /// certificate against `server_name`. An untrusted server fails with
+    /// [`HarnessError::Tls`].
+    pub fn connect_tls(
+        addr: SocketAddr,
+        ca_pem: &str,
+        server_name: &str,
+        username: &str,
+        password: &str,
+    ) -> Result<Self, HarnessError> {
+        let tls = ClientTls::new(ca_pem).with_server_name(server_name);
+        let mut admin = Self::open(addr, Some(&tls))?;
+        admin.login_password(username, password)?;
+        Ok(admin)
+    }
+
+    fn login_password(&mut self, username: &str, password: &str) -> Result<(), HarnessError> {
         let login = LoginRegisterRequest {
             version_info: version_info()?,
             username: wire_name(username)?,
             password: SecretString::from(password.to_owned()),
             client_context: None,
         };
-        admin.login(LOGIN_REGISTER_CODE, &login.to_bytes())?;
-        Ok(admin)
+        self.login(LOGIN_REGISTER_CODE, &login.to_bytes())
     }
 
     /// Connects to `addr` and logs in with a personal access token.
     pub fn connect_with_token(addr: SocketAddr, token: &str) -> Result<Self, HarnessError> {
-        let mut admin = Self::open(addr)?;
+        let mut admin = Self::open(addr, None)?;
         let login = LoginRegisterWithPatRequest {
             version_info: version_info()?,
             token: SecretString::from(token.to_owned()),
@@ -234,18 +256,16 @@ impl IggyAdmin {
 
     /// Connects without logging in (for tests of what the server does before login).
     pub fn connect_unauthenticated(addr: SocketAddr) -> Result<Self, HarnessError> {
-        Self::open(addr)
+        Self::open(addr, None)
     }
 
-    fn open(addr: SocketAddr) -> Result<Self, HarnessError> {
-        let context = || format!("connecting to Iggy at {addr}");
-        let stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)
-            .map_err(|e| HarnessError::io(context(), e))?;
-        stream
-            .set_read_timeout(Some(IO_TIMEOUT))
-            .and_then(|()| stream.set_write_timeout(Some(IO_TIMEOUT)))
-            .and_then(|()| stream.set_nodelay(true))
-            .map_err(|e| HarnessError::io(context(), e))?;
+    fn open(addr: SocketAddr, tls: Option<&ClientTls>) -> Result<Self, HarnessError> {
+        let stream = Transport::connect(addr, tls, IO_TIMEOUT).map_err(|e| match e {
+            HarnessError::Io { source, .. } => {
+                HarnessError::io(format!("connecting to Iggy at {addr}"), source)
+            }
+            other => other,
+        })?;
         Ok(IggyAdmin {
             stream,
             reader: FrameReader::default(),
@@ -332,13 +352,9 @@ impl IggyAdmin {
 
     /// Reads the next frame, waiting at most `timeout`: `Ok(None)` when none arrived.
     pub fn read_frame(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, HarnessError> {
-        let set = |s: &TcpStream, t| {
-            s.set_read_timeout(Some(t))
-                .map_err(|e| HarnessError::io("setting the Iggy read timeout", e))
-        };
-        set(&self.stream, timeout)?;
+        self.stream.set_read_timeout(Some(timeout))?;
         let outcome = self.reader.read(&mut self.stream);
-        set(&self.stream, IO_TIMEOUT)?;
+        self.stream.set_read_timeout(Some(IO_TIMEOUT))?;
         match outcome {
             ReadOutcome::Frame(frame) => Ok(Some(frame)),
             ReadOutcome::Idle => Ok(None),

@@ -12,6 +12,11 @@
 //! the server answers with. Tests run against a real server instead when
 //! `SPILLWAY_TEST_IGGY=host:port` is set (see [`IggyServer::from_env_or_stand_in`]).
 //!
+//! With [`IggyStandInOpts::tls`] the stand-in serves TLS only, on its one listener, with a
+//! certificate from a CA made for it ([`IggyStandIn::ca_pem`]); setup goes through
+//! [`IggyAdmin::connect_tls`] (which [`IggyStandIn::admin`] uses), so there is no plain side
+//! door and the admin exercises the same TLS path as the client under test.
+//!
 //! Known differences from the real server, all deliberate:
 //! - A `SendMessages` whose batch fails admission (bad checksum, count mismatch, trailing
 //!   bytes) is answered with a status (3, 4027 or 4039); the server drops it without an answer.
@@ -48,6 +53,8 @@ pub use admin::{
 };
 
 use crate::HarnessError;
+use crate::certs::TestCa;
+use crate::tls::{DEFAULT_SERVER_NAME, server_config};
 use server::Server;
 use state::{State, User};
 
@@ -61,6 +68,7 @@ pub struct IggyStandInOpts {
     tokens: Vec<String>,
     eviction_timeout: Duration,
     revocation_timeout: Duration,
+    tls: bool,
 }
 
 impl fmt::Debug for IggyStandInOpts {
@@ -77,6 +85,7 @@ impl fmt::Debug for IggyStandInOpts {
             .field("tokens", &self.tokens.len())
             .field("eviction_timeout", &self.eviction_timeout)
             .field("revocation_timeout", &self.revocation_timeout)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -88,6 +97,7 @@ impl Default for IggyStandInOpts {
             tokens: Vec::new(),
             eviction_timeout: Duration::from_secs(36),
             revocation_timeout: Duration::from_secs(30),
+            tls: false,
         }
     }
 }
@@ -127,6 +137,14 @@ impl IggyStandInOpts {
         self.revocation_timeout = timeout;
         self
     }
+
+    /// Serves TLS only (no plain listener), with a server certificate for
+    /// [`DEFAULT_SERVER_NAME`] and `127.0.0.1` issued by a CA made for this stand-in (see
+    /// [`IggyStandIn::ca_pem`]). [`IggyStandIn::admin`] then connects over TLS too.
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
 }
 
 /// A STAND-IN for the Iggy server (not the real server), built on the real wire-format crate,
@@ -138,6 +156,8 @@ pub struct IggyStandIn {
     server: Server,
     username: String,
     password: String,
+    /// The PEM certificate of the CA that issued the server certificate, when serving TLS.
+    ca_pem: Option<String>,
 }
 
 impl IggyStandIn {
@@ -171,17 +191,33 @@ impl IggyStandIn {
             .collect();
         let (username, password) = credentials.swap_remove(0);
         let state = State::new(users, opts.revocation_timeout);
-        let server = Server::start(state, opts.eviction_timeout)?;
+        let (ca_pem, tls) = if opts.tls {
+            let ca = TestCa::new("spillway Iggy stand-in CA")?;
+            let cert = ca.issue_server_cert(&[DEFAULT_SERVER_NAME, "127.0.0.1"])?;
+            let config = server_config(&cert)?;
+            (Some(ca.cert_pem().to_owned()), Some(config))
+        } else {
+            (None, None)
+        };
+        let server = Server::start(state, opts.eviction_timeout, tls)?;
         Ok(IggyStandIn {
             server,
             username,
             password,
+            ca_pem,
         })
     }
 
-    /// The address it listens on (`127.0.0.1:<ephemeral>`).
+    /// The address it listens on (`127.0.0.1:<ephemeral>`); TLS only with
+    /// [`IggyStandInOpts::tls`].
     pub fn addr(&self) -> SocketAddr {
         self.server.addr()
+    }
+
+    /// The PEM certificate of the CA that issued the server certificate, when it serves TLS
+    /// (clients trust it and verify the name [`DEFAULT_SERVER_NAME`]).
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
     }
 
     /// The first user's name.
@@ -210,9 +246,18 @@ impl IggyStandIn {
         self.server.stored_offset_requests()
     }
 
-    /// A logged-in admin client for the first user.
+    /// A logged-in admin client for the first user (over TLS when the stand-in serves TLS).
     pub fn admin(&self) -> Result<IggyAdmin, HarnessError> {
-        IggyAdmin::connect(self.addr(), &self.username, &self.password)
+        match self.ca_pem() {
+            None => IggyAdmin::connect(self.addr(), &self.username, &self.password),
+            Some(ca_pem) => IggyAdmin::connect_tls(
+                self.addr(),
+                ca_pem,
+                DEFAULT_SERVER_NAME,
+                &self.username,
+                &self.password,
+            ),
+        }
     }
 }
 
@@ -295,8 +340,13 @@ impl IggyServer {
         }
     }
 
-    /// A logged-in admin client.
+    /// A logged-in admin client (over TLS to a stand-in that serves TLS).
     pub fn admin(&self) -> Result<IggyAdmin, HarnessError> {
-        IggyAdmin::connect(self.addr(), self.username(), self.password())
+        match self {
+            IggyServer::StandIn(s) => s.admin(),
+            IggyServer::Real { .. } => {
+                IggyAdmin::connect(self.addr(), self.username(), self.password())
+            }
+        }
     }
 }

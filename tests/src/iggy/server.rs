@@ -2,9 +2,12 @@
 //! per connection reads frames with a short read timeout and answers them strictly in order
 //! (the protocol is lockstep: one request in flight per connection). All protocol state sits
 //! in one [`State`] behind a mutex; it is never held while writing to a socket.
+//!
+//! With a TLS configuration every accepted socket is wrapped in a rustls server session
+//! (`StreamOwned`); the handshake happens on the connection's thread, on its first reads.
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -12,6 +15,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use iggy_binary_protocol::EvictionReason;
+use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
 use super::handlers;
 use super::state::State;
@@ -40,6 +44,8 @@ struct Shared {
     stop: AtomicBool,
     next_connection: AtomicU64,
     eviction_timeout: Duration,
+    /// Serve TLS with this configuration (plain TCP without).
+    tls: Option<Arc<ServerConfig>>,
 }
 
 /// A running listener with its threads; stops on drop.
@@ -51,8 +57,12 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// Binds `127.0.0.1:0` and starts accepting.
-    pub(crate) fn start(state: State, eviction_timeout: Duration) -> Result<Self, HarnessError> {
+    /// Binds `127.0.0.1:0` and starts accepting (serving TLS when `tls` is given).
+    pub(crate) fn start(
+        state: State,
+        eviction_timeout: Duration,
+        tls: Option<Arc<ServerConfig>>,
+    ) -> Result<Self, HarnessError> {
         let listener = TcpListener::bind((LOOPBACK, 0))
             .map_err(|e| HarnessError::io("binding the Iggy stand-in to 127.0.0.1:0", e))?;
         let addr = listener
@@ -68,6 +78,7 @@ impl Server {
             stop: AtomicBool::new(false),
             next_connection: AtomicU64::new(1),
             eviction_timeout,
+            tls,
         });
         let acceptor = {
             let shared = Arc::clone(&shared);
@@ -179,10 +190,12 @@ fn spawn_connection(shared: &Arc<Shared>, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     lock(&shared.state).connect(id);
     lock(&shared.connections).insert(id, clone);
-    let thread_shared = Arc::clone(shared);
-    let spawned = thread::Builder::new()
-        .name(format!("iggy-standin-conn-{id}"))
-        .spawn(move || serve(&thread_shared, id, stream));
+    let spawned = match &shared.tls {
+        None => spawn_serve(shared, id, stream),
+        Some(config) => ServerConnection::new(Arc::clone(config))
+            .map_err(io::Error::other)
+            .and_then(|conn| spawn_serve(shared, id, StreamOwned::new(conn, stream))),
+    };
     match spawned {
         Ok(handle) => lock(&shared.threads).push(handle),
         Err(_) => {
@@ -192,17 +205,31 @@ fn spawn_connection(shared: &Arc<Shared>, stream: TcpStream) {
     }
 }
 
-/// Serves one connection until the peer closes it, it sends an impossible frame size, a reply
+fn spawn_serve<S: Read + Write + Send + 'static>(
+    shared: &Arc<Shared>,
+    id: u64,
+    stream: S,
+) -> io::Result<JoinHandle<()>> {
+    let thread_shared = Arc::clone(shared);
+    thread::Builder::new()
+        .name(format!("iggy-standin-conn-{id}"))
+        .spawn(move || serve(&thread_shared, id, stream))
+}
+
+/// Serves one connection (plain TCP or TLS over it) until the peer closes it, it sends an impossible frame size, a reply
 /// cannot be written, or the server stops. Then the connection's session ends as on a real
 /// disconnect (it leaves its groups).
-fn serve(shared: &Shared, id: u64, mut stream: TcpStream) {
+fn serve(shared: &Shared, id: u64, mut stream: impl Read + Write) {
     let mut reader = FrameReader::default();
     while !shared.stop.load(Ordering::SeqCst) {
         match reader.read(&mut stream) {
             ReadOutcome::Frame(frame) => {
                 let reply = handlers::handle(&mut lock(&shared.state), id, &frame);
                 if let Some(reply) = reply
-                    && stream.write_all(&reply).is_err()
+                    && stream
+                        .write_all(&reply)
+                        .and_then(|()| stream.flush())
+                        .is_err()
                 {
                     break;
                 }
@@ -212,14 +239,16 @@ fn serve(shared: &Shared, id: u64, mut stream: TcpStream) {
         }
     }
     lock(&shared.state).disconnect(id);
-    lock(&shared.connections).remove(&id);
-    let _ = stream.shutdown(Shutdown::Both);
+    let socket = lock(&shared.connections).remove(&id);
+    if let Some(socket) = socket {
+        let _ = socket.shutdown(Shutdown::Both);
+    }
 }
 
 /// The heartbeat check: a logged-in group member silent for longer than the eviction timeout
 /// loses its session (and its group memberships) and gets an Eviction `StaleClient`. The
 /// socket stays open, as on the server: a later request finds the connection logged out.
-fn evict_if_stale(shared: &Shared, id: u64, stream: &mut TcpStream) {
+fn evict_if_stale(shared: &Shared, id: u64, stream: &mut impl Write) {
     let evicted = {
         let mut state = lock(&shared.state);
         if state.is_stale(id, shared.eviction_timeout) {
@@ -229,6 +258,8 @@ fn evict_if_stale(shared: &Shared, id: u64, stream: &mut TcpStream) {
         }
     };
     if let Some(binding) = evicted {
-        let _ = stream.write_all(&wire::eviction(binding.client, EvictionReason::StaleClient));
+        let _ = stream
+            .write_all(&wire::eviction(binding.client, EvictionReason::StaleClient))
+            .and_then(|()| stream.flush());
     }
 }

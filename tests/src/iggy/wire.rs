@@ -7,7 +7,6 @@
 //! a `Vec<u8>` does not give the 16-byte alignment the `u128` fields would need for a cast.
 
 use std::io::{self, Read};
-use std::net::TcpStream;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, BytesMut};
@@ -42,7 +41,7 @@ pub(crate) struct FrameReader {
 
 impl FrameReader {
     /// Reads until one frame is complete, the socket's read timeout fires, or the peer goes.
-    pub(crate) fn read(&mut self, stream: &mut TcpStream) -> ReadOutcome {
+    pub(crate) fn read(&mut self, stream: &mut impl Read) -> ReadOutcome {
         let mut scratch = [0u8; 64 * 1024];
         loop {
             if let Some(outcome) = self.take_frame() {

@@ -1,0 +1,106 @@
+//! End to end over TLS: the harness's Iggy stand-in serving TLS (a certificate from a CA made
+//! for it) -> `spillway run` with `[iggy] tls = true` -> file sink. With the right CA everything
+//! arrives; with another CA the handshake fails, which is not transient: the engine stops with
+//! exit status 1 and names the TLS problem.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Engine, by_partition, config, lines, send, stored, topic, wait_until};
+use spillway_tests::{DEFAULT_SERVER_NAME, IggyServer, IggyStandIn, IggyStandInOpts, TestCa};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn tls_server() -> IggyServer {
+    IggyServer::StandIn(IggyStandIn::start_with(IggyStandInOpts::new().tls()).unwrap())
+}
+
+/// The file-sink config of `common::config` with TLS on, trusting the CA in `ca_file`.
+fn tls_config(plain: &str, ca_file: &Path) -> String {
+    let with_tls = plain.replacen(
+        "[iggy]\n",
+        &format!(
+            "[iggy]\ntls = true\ntls_ca = \"{}\"\ntls_server_name = \"{DEFAULT_SERVER_NAME}\"\n",
+            ca_file.display()
+        ),
+        1,
+    );
+    assert_ne!(with_tls, plain, "the config has an [iggy] section");
+    with_tls
+}
+
+#[test]
+fn every_message_arrives_over_tls_with_the_right_ca() {
+    let iggy = tls_server();
+    let ca_pem = iggy.stand_in().unwrap().ca_pem().unwrap().to_owned();
+    let t = topic(&iggy, "tls", 2);
+    let mut admin = iggy.admin().unwrap();
+    for p in 0..2 {
+        send(&mut admin, &t, p, "tls", 0, 300);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("iggy-ca.pem");
+    std::fs::write(&ca_file, &ca_pem).unwrap();
+    let out = dir.path().join("out.jsonl");
+    let plain = config(&iggy, &t, "partitions = [0, 1]", &out, "", "");
+    let mut engine = Engine::start(dir.path(), "tls", &tls_config(&plain, &ca_file));
+    wait_until("all offsets stored", LONG, || {
+        (0..2).all(|p| stored(&mut admin, &t, "file-out", p) == Some(299))
+    });
+    engine.signal("TERM");
+    let status = engine
+        .wait(Duration::from_secs(20))
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "exit {status:?}\n{}", engine.log());
+
+    let got = lines(&out);
+    assert_eq!(got.len(), 600, "every message exactly once");
+    for (p, offsets) in by_partition(&got) {
+        assert_eq!(
+            offsets,
+            (0..300).collect::<Vec<u64>>(),
+            "partition {p} in order, no gaps, no duplicates"
+        );
+    }
+    let l = got
+        .iter()
+        .find(|l| l.partition == 1 && l.offset == 7)
+        .unwrap();
+    assert_eq!(l.payload, "tls-p1-7");
+    assert_eq!(l.header_n.as_deref(), Some("7"));
+    let log = engine.log();
+    assert!(!log.contains("TLS to Iggy"), "{log}");
+}
+
+#[test]
+fn a_server_certificate_from_another_ca_stops_the_engine_with_a_tls_error() {
+    let iggy = tls_server();
+    let t = topic(&iggy, "tls-wrong-ca", 1);
+    let mut admin = iggy.admin().unwrap();
+    send(&mut admin, &t, 0, "never", 0, 20);
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("other-ca.pem");
+    let other = TestCa::new("not the Iggy CA").unwrap();
+    std::fs::write(&ca_file, other.cert_pem()).unwrap();
+    let out = dir.path().join("out.jsonl");
+    let plain = config(&iggy, &t, "partitions = [0]", &out, "", "");
+    let mut engine = Engine::start(dir.path(), "tls-wrong-ca", &tls_config(&plain, &ca_file));
+    let status = engine
+        .wait(LONG)
+        .expect("a TLS handshake failure is not retried: the engine stops by itself");
+    let log = engine.log();
+    assert_eq!(status.code(), Some(1), "exit {status:?}\n{log}");
+    assert!(log.contains("TLS to Iggy"), "{log}");
+    assert!(log.contains("handshake with"), "{log}");
+    assert!(
+        log.contains("UnknownIssuer") || log.to_lowercase().contains("unknown issuer"),
+        "the log names the certificate problem\n{log}"
+    );
+    assert!(!log.contains("Iggy unavailable, retrying"), "{log}");
+    assert!(lines(&out).is_empty(), "nothing is delivered");
+    assert_eq!(stored(&mut admin, &t, "file-out", 0), None);
+}
