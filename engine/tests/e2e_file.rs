@@ -29,24 +29,9 @@ fn every_message_arrives_once_in_order_and_only_confirmed_offsets_are_stored() {
     let out = dir.path().join("out.jsonl");
     let cfg = config(&iggy, &t, "partitions = [0, 1, 2]", &out, "", "");
     let mut engine = Engine::start(dir.path(), "once", &cfg);
-    wait_until("all offsets stored", LONG, || {
-        (0..3).all(|p| stored(&mut admin, &t, "file-out", p) == Some(249))
-    });
-    engine.signal("TERM");
-    let status = engine
-        .wait(Duration::from_secs(20))
-        .expect("exits after SIGTERM");
-    assert!(status.success(), "exit {status:?}\n{}", engine.log());
-
+    common::drain_after_stored(&mut engine, &mut admin, &t, 249);
     let got = lines(&out);
-    assert_eq!(got.len(), 750, "every message exactly once");
-    for (p, offsets) in by_partition(&got) {
-        assert_eq!(
-            offsets,
-            (0..250).collect::<Vec<u64>>(),
-            "partition {p} in order, no gaps, no duplicates"
-        );
-    }
+    common::assert_once_in_order(&got, &t, 250);
     let l = got
         .iter()
         .find(|l| l.partition == 1 && l.offset == 7)

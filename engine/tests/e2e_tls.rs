@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Engine, by_partition, config, lines, send, stored, topic, wait_until};
+use common::{Engine, config, lines, send, stored, topic};
 use spillway_tests::{DEFAULT_SERVER_NAME, IggyServer, IggyStandIn, IggyStandInOpts, TestCa};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -48,24 +48,9 @@ fn every_message_arrives_over_tls_with_the_right_ca() {
     let out = dir.path().join("out.jsonl");
     let plain = config(&iggy, &t, "partitions = [0, 1]", &out, "", "");
     let mut engine = Engine::start(dir.path(), "tls", &tls_config(&plain, &ca_file));
-    wait_until("all offsets stored", LONG, || {
-        (0..2).all(|p| stored(&mut admin, &t, "file-out", p) == Some(299))
-    });
-    engine.signal("TERM");
-    let status = engine
-        .wait(Duration::from_secs(20))
-        .expect("exits after SIGTERM");
-    assert!(status.success(), "exit {status:?}\n{}", engine.log());
-
+    common::drain_after_stored(&mut engine, &mut admin, &t, 299);
     let got = lines(&out);
-    assert_eq!(got.len(), 600, "every message exactly once");
-    for (p, offsets) in by_partition(&got) {
-        assert_eq!(
-            offsets,
-            (0..300).collect::<Vec<u64>>(),
-            "partition {p} in order, no gaps, no duplicates"
-        );
-    }
+    common::assert_once_in_order(&got, &t, 300);
     let l = got
         .iter()
         .find(|l| l.partition == 1 && l.offset == 7)

@@ -279,3 +279,32 @@ path = "{out}"
         .join("\n"),
     )
 }
+
+/// Waits until the named consumer `file-out` has stored `last` on every partition of `t`, then
+/// sends SIGTERM and asserts a clean exit.
+pub fn drain_after_stored(engine: &mut Engine, admin: &mut IggyAdmin, t: &Topic, last: u64) {
+    wait_until("all offsets stored", Duration::from_secs(60), || {
+        (0..t.partitions).all(|p| stored(admin, t, "file-out", p) == Some(last))
+    });
+    engine.signal("TERM");
+    let status = engine
+        .wait(Duration::from_secs(20))
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "exit {status:?}\n{}", engine.log());
+}
+
+/// Asserts that every partition of `t` holds offsets `0..per_partition` once, in order.
+pub fn assert_once_in_order(got: &[Line], t: &Topic, per_partition: u64) {
+    assert_eq!(
+        got.len() as u64,
+        per_partition * u64::from(t.partitions),
+        "every message exactly once"
+    );
+    for (p, offsets) in by_partition(got) {
+        assert_eq!(
+            offsets,
+            (0..per_partition).collect::<Vec<u64>>(),
+            "partition {p} in order, no gaps, no duplicates"
+        );
+    }
+}
