@@ -259,6 +259,24 @@ pub fn resolve(config: &Config, machine: &Machine) -> Result<CoreMap, (String, S
             }
         }
     }
+    // Client ids must differ between shards, or the broker drops one connection for the other.
+    for (sink_index, sink) in config.sinks.iter().enumerate() {
+        let Some(mqtt) = &sink.mqtt else {
+            continue;
+        };
+        let on = shards
+            .iter()
+            .filter(|s| s.sinks.iter().any(|w| w.sink == sink_index))
+            .count();
+        if on > 1 && !mqtt.client_id.contains("{shard}") {
+            return Err((
+                format!("sink[{sink_index}].mqtt.client_id"),
+                format!(
+                    "must contain {{shard}}: the sink runs on {on} shards and a broker drops the older of two connections with one client id"
+                ),
+            ));
+        }
+    }
     Ok(CoreMap {
         control_core,
         shards,

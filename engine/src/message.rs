@@ -217,6 +217,20 @@ pub fn header<'a>(raw: &'a [u8], name: &str) -> Option<Header<'a>> {
         .find(|h| h.key == name.as_bytes())
 }
 
+/// Encodes string headers the way Iggy does (for tests).
+#[cfg(test)]
+pub fn encode_headers(pairs: &[(&str, &str)]) -> Bytes {
+    let mut raw = Vec::new();
+    for (k, v) in pairs {
+        for data in [k.as_bytes(), v.as_bytes()] {
+            raw.push(2);
+            raw.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            raw.extend_from_slice(data);
+        }
+    }
+    Bytes::from(raw)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

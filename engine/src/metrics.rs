@@ -43,6 +43,11 @@ pub struct SinkCounters {
     pub commits: u64,
     /// Reconnects to the source.
     pub reconnects: u64,
+    /// Reconnects of the sink to its destination (e.g. the MQTT broker).
+    pub sink_reconnects: u64,
+    /// Most messages the sink had in flight at once on one connection (MQTT: QoS 1/2
+    /// packet ids).
+    pub sink_in_flight_peak: u64,
 }
 
 /// One partition of one sink on one shard.
@@ -183,7 +188,7 @@ impl Merged {
     pub fn prometheus(&self) -> String {
         let mut out = String::with_capacity(4096);
         type Counter = (&'static str, &'static str, fn(&SinkCounters) -> u64);
-        let counters: [Counter; 11] = [
+        let counters: [Counter; 12] = [
             (
                 "spillway_messages_in_total",
                 "Messages polled from the source.",
@@ -239,6 +244,11 @@ impl Merged {
                 "Reconnects to the source.",
                 |c| c.reconnects,
             ),
+            (
+                "spillway_sink_reconnects_total",
+                "Reconnects of the sink to its destination.",
+                |c| c.sink_reconnects,
+            ),
         ];
         for (name, help, get) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
@@ -264,6 +274,20 @@ impl Merged {
                     "spillway_in_flight_messages{{shard=\"{shard}\",sink=\"{}\"}} {}",
                     self.name(r.sink),
                     r.in_flight
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP spillway_sink_in_flight_peak Most messages in flight at once on one sink connection.\n# TYPE spillway_sink_in_flight_peak gauge"
+        );
+        for (shard, reports) in self.latest.iter().enumerate() {
+            for r in reports {
+                let _ = writeln!(
+                    out,
+                    "spillway_sink_in_flight_peak{{shard=\"{shard}\",sink=\"{}\"}} {}",
+                    self.name(r.sink),
+                    r.counters.sink_in_flight_peak
                 );
             }
         }
@@ -350,6 +374,8 @@ fn add(into: &mut SinkCounters, c: &SinkCounters) {
     into.redelivered += c.redelivered;
     into.commits += c.commits;
     into.reconnects += c.reconnects;
+    into.sink_reconnects += c.sink_reconnects;
+    into.sink_in_flight_peak = into.sink_in_flight_peak.max(c.sink_in_flight_peak);
 }
 
 fn escape(s: &str) -> String {

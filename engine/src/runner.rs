@@ -401,6 +401,12 @@ impl Runner {
                 }
             }
             self.apply_reports(false)?;
+            {
+                let status = self.sink.status();
+                let mut stats = self.stats.borrow_mut();
+                stats.counters.sink_reconnects = status.reconnects;
+                stats.counters.sink_in_flight_peak = status.in_flight_peak;
+            }
             self.commit(false).await?;
             self.maintain_source().await?;
             let now = Instant::now();

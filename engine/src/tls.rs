@@ -1,9 +1,11 @@
 //! rustls client configurations for the engine's connections (Iggy now; brokers later): a CA
 //! file or the Mozilla roots, an optional client certificate for mutual TLS.
 
+use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+use monoio_rustls::TlsError;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
@@ -82,4 +84,31 @@ pub fn server_name(address: &str, name: Option<&str>) -> Result<ServerName<'stat
             .trim_end_matches(']')
     });
     ServerName::try_from(host.to_owned()).map_err(|e| format!("TLS server name {host:?}: {e}"))
+}
+
+/// Sorts a failed TLS handshake with `address`: `Err` with the rustls reason for a TLS failure
+/// (an untrusted certificate, a wrong name, an alert from the server), which a retry will not
+/// fix; `Ok` with the I/O error for a plain I/O failure during the handshake (reset, closed),
+/// to be retried like a failed connect. (`TlsError`'s own `Display` says only "io error" /
+/// "rustls error", and monoio-rustls wraps the rustls errors of received records in an
+/// `io::Error`.)
+pub fn handshake_failure(address: &str, e: TlsError) -> Result<io::Error, String> {
+    let e = match e {
+        TlsError::Rustls(e) => return Err(format!("TLS handshake with {address}: {e}")),
+        TlsError::Io(e) => e,
+    };
+    match rustls_cause(&e) {
+        Some(tls) => Err(format!("TLS handshake with {address}: {tls}")),
+        None => Ok(io::Error::new(
+            e.kind(),
+            format!("TLS handshake with {address}: {e}"),
+        )),
+    }
+}
+
+/// The rustls error inside an I/O error from a TLS stream (an alert from the peer, a bad
+/// record), if that is what it is.
+pub fn rustls_cause(e: &io::Error) -> Option<&rustls::Error> {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
 }

@@ -7,6 +7,8 @@
 //! - [`Subscriber`]: records every message a broker delivers (MQTT 3.1.1 or 5, QoS 0/1/2, TLS),
 //!   built on the `mqttbytes` crate rather than Spillway's codec.
 //! - [`TestCa`]: certificates made with rcgen for TLS tests.
+//! - [`MqttCountProxy`]: a TCP proxy between an MQTT client and a broker that parses both
+//!   directions and counts QoS 1/2 messages in flight and what the broker acknowledged.
 //! - [`FaultProxy`]: an HTTP proxy that injects faults (dropped connections, 500, 503 SlowDown,
 //!   stalls, a fixed error answer) into a seeded share of S3 requests.
 //! - [`IggyStandIn`]: a stand-in for the Iggy server (not the real server), built on the real
@@ -27,6 +29,7 @@ pub mod faultproxy;
 mod fsutil;
 pub mod iggy;
 mod mosquitto;
+pub mod mqtt_count_proxy;
 mod mqtt_wire;
 pub mod ports;
 mod process;
@@ -44,6 +47,7 @@ pub use iggy::{
     TestConsumer, TestMessage, TestPolling,
 };
 pub use mosquitto::{Mosquitto, MosquittoOpts, TlsMode};
+pub use mqtt_count_proxy::{MqttCountProxy, ProxyStats};
 pub use mqtt_wire::{ConnAckInfo, MqttVersion};
 pub use process::{LOG_TAIL_LINES, ServerProcess};
 pub use received::{Received, RecordedProps};

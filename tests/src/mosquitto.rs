@@ -52,6 +52,7 @@ pub struct MosquittoOpts {
     max_inflight_messages: Option<u16>,
     max_queued_messages: u64,
     max_queued_bytes: u64,
+    persistence: bool,
     extra_lines: Vec<String>,
     verbose_log: bool,
     start_timeout: Duration,
@@ -66,6 +67,7 @@ impl Default for MosquittoOpts {
             max_inflight_messages: None,
             max_queued_messages: 1_000_000,
             max_queued_bytes: 0,
+            persistence: false,
             extra_lines: Vec::new(),
             verbose_log: false,
             start_timeout: Duration::from_secs(10),
@@ -83,6 +85,7 @@ impl fmt::Debug for MosquittoOpts {
             .field("max_inflight_messages", &self.max_inflight_messages)
             .field("max_queued_messages", &self.max_queued_messages)
             .field("max_queued_bytes", &self.max_queued_bytes)
+            .field("persistence", &self.persistence)
             .field("extra_lines", &self.extra_lines)
             .field("verbose_log", &self.verbose_log)
             .field("start_timeout", &self.start_timeout)
@@ -137,6 +140,15 @@ impl MosquittoOpts {
     /// Sets `max_queued_bytes` (harness default 0, no limit).
     pub fn max_queued_bytes(mut self, n: u64) -> Self {
         self.max_queued_bytes = n;
+        self
+    }
+
+    /// Keeps sessions, subscriptions and queued messages across restarts: `persistence true`
+    /// with the database in the broker's directory. mosquitto writes the database when it
+    /// shuts down, so stop it with [`Mosquitto::stop_graceful`] for sessions to survive
+    /// ([`Mosquitto::stop`] is a crash: only what an autosave wrote survives).
+    pub fn persistence(mut self) -> Self {
+        self.persistence = true;
         self
     }
 
@@ -230,7 +242,12 @@ impl Mosquitto {
         if running_as_root() {
             fixed.push("user root".to_owned());
         }
-        fixed.push("persistence false".to_owned());
+        if opts.persistence {
+            fixed.push("persistence true".to_owned());
+            fixed.push(format!("persistence_location {}/", root.display()));
+        } else {
+            fixed.push("persistence false".to_owned());
+        }
         fixed.push("log_dest stderr".to_owned());
         fixed.push("log_timestamp_format %H:%M:%S".to_owned());
         if opts.verbose_log {
@@ -434,6 +451,13 @@ impl Mosquitto {
         self.process.stop()
     }
 
+    /// Stops the broker as an operator would (SIGTERM): it closes its clients' connections,
+    /// writes its persistence database (with [`MosquittoOpts::persistence`]) and exits. Falls
+    /// back to SIGKILL when it has not exited within `timeout`.
+    pub fn stop_graceful(&mut self, timeout: Duration) -> Result<(), HarnessError> {
+        self.process.terminate(timeout)
+    }
+
     /// Starts the stopped broker again with the same config on the same port, and waits until
     /// it accepts connections.
     pub fn start_again(&mut self) -> Result<(), HarnessError> {
@@ -447,7 +471,8 @@ impl Mosquitto {
             .wait_until_accepting(self.addr(), self.start_timeout)
     }
 
-    /// Stops and starts the broker on the same port (sessions are lost: `persistence false`).
+    /// Stops (SIGKILL) and starts the broker on the same port; sessions are lost unless an
+    /// autosave of [`MosquittoOpts::persistence`] kept them.
     pub fn restart(&mut self) -> Result<(), HarnessError> {
         self.stop()?;
         self.start_again()

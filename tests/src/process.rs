@@ -159,6 +159,32 @@ impl ServerProcess {
         Ok(())
     }
 
+    /// Asks the process to end (SIGTERM, sent with the `kill` command) and waits up to
+    /// `timeout` for it to exit; then kills it (SIGKILL). Does nothing when it is not running.
+    pub fn terminate(&mut self, timeout: Duration) -> Result<(), HarnessError> {
+        let Some(pid) = self.pid() else {
+            return Ok(());
+        };
+        if !self.is_running() {
+            return self.stop();
+        }
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status()
+            .map_err(|e| HarnessError::io(format!("sending SIGTERM to {}", self.name), e))?;
+        if status.success() {
+            let deadline = Instant::now() + timeout;
+            while Instant::now() < deadline {
+                if self.exit_status()?.is_some() {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
+        }
+        self.stop()
+    }
+
     /// Whether the process is running (started and not exited).
     pub fn is_running(&mut self) -> bool {
         matches!(self.exit_status(), Ok(None)) && self.child.is_some()

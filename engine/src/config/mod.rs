@@ -5,6 +5,7 @@
 //! environment instead of the file (`SPILLWAY_IGGY_PASSWORD`, `SPILLWAY_IGGY_TOKEN`).
 //! `README.md` ("Configuration") documents every key; `examples/` holds commented files.
 
+mod mqtt;
 mod secret;
 mod validate;
 
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
+pub use mqtt::{Envelope, MqttSinkConfig, MqttVersion, WillConfig, password_env};
 pub use secret::Secret;
 
 use crate::units::{ByteSize, Dur};
@@ -280,6 +282,8 @@ pub enum SinkType {
     File,
     /// JSON lines to standard output (`[sink.file]` optional, its `path` ignored).
     Stdout,
+    /// An MQTT broker (`[sink.mqtt]`).
+    Mqtt,
 }
 
 /// Where a sink's messages come from.
@@ -368,6 +372,8 @@ pub struct SinkConfig {
     pub on_error: ErrorPolicy,
     /// `type = "file"` / `"stdout"` options.
     pub file: Option<FileSinkConfig>,
+    /// `type = "mqtt"` options.
+    pub mqtt: Option<MqttSinkConfig>,
     /// `source = "generate"` options.
     pub generate: Option<GenerateConfig>,
 }
@@ -557,6 +563,13 @@ fn apply_env(config: &mut Config, env: &dyn Fn(&str) -> Option<String>) {
     }
     if let Some(v) = env(ENV_IGGY_TOKEN) {
         config.iggy.token = Some(Secret::new(v));
+    }
+    for sink in &mut config.sinks {
+        if let Some(mqtt) = &mut sink.mqtt
+            && let Some(v) = env(&password_env(&sink.name))
+        {
+            mqtt.password = Some(Secret::new(v));
+        }
     }
 }
 

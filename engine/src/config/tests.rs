@@ -142,3 +142,113 @@ fn bad_toml_is_reported() {
     assert!(e.message.contains("not valid TOML"), "{}", e.message);
     assert!(e.key.is_empty());
 }
+
+const MQTT: &str = r#"
+[[sink]]
+name = "to-mqtt"
+type = "mqtt"
+source = "generate"
+[sink.mqtt]
+address = "127.0.0.1:1883"
+topic = "plant/{stream}/{partition}"
+"#;
+
+#[test]
+fn an_mqtt_sink_loads_with_defaults() {
+    let c = parse_with(MQTT, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let m = c.sinks[0]
+        .mqtt
+        .as_ref()
+        .unwrap_or_else(|| panic!("no [sink.mqtt]"));
+    assert_eq!(m.protocol, MqttVersion::V5);
+    assert_eq!(m.qos, 1);
+    assert_eq!(m.max_inflight, 1000);
+    assert_eq!(m.connections, 1);
+    assert!(m.clean_start);
+    assert_eq!(m.client_id, "spillway-{sink}-{shard}-{conn}");
+    let c = parse_with(
+        &MQTT.replace("topic = ", "protocol = \"3.1.1\"\ntopic = "),
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.sinks[0].mqtt.as_ref().map(|m| m.protocol),
+        Some(MqttVersion::V311)
+    );
+}
+
+#[test]
+fn mqtt_mistakes_are_named() {
+    let with = |extra: &str| MQTT.replace("topic = ", &format!("{extra}\ntopic = "));
+    let cases: [(String, &str, &str); 10] = [
+        (with("protocol = \"4\""), "sink[0].mqtt.protocol", "3.1.1"),
+        (with("qos = 3"), "sink[0].mqtt.qos", "not 0, 1 or 2"),
+        (
+            MQTT.replace("{partition}", "{parttion}"),
+            "sink[0].mqtt.topic",
+            "{parttion}",
+        ),
+        (
+            MQTT.replace("plant/{stream}/{partition}", "a/#"),
+            "sink[0].mqtt.topic",
+            "not a topic name",
+        ),
+        (
+            MQTT.replace("topic = \"plant/{stream}/{partition}\"", ""),
+            "sink[0].mqtt.topic",
+            "missing",
+        ),
+        (
+            with("protocol = \"3.1.1\"\nenvelope = \"properties\""),
+            "sink[0].mqtt.envelope",
+            "protocol = \"5\"",
+        ),
+        (
+            with("protocol = \"3.1.1\"\ncontent_type_header = \"ct\""),
+            "sink[0].mqtt.content_type_header",
+            "MQTT 5",
+        ),
+        (
+            with("connections = 2\nclient_id = \"fixed\""),
+            "sink[0].mqtt.client_id",
+            "{conn}",
+        ),
+        (
+            with("tls_ca = \"/nonexistent.pem\""),
+            "sink[0].mqtt.tls_ca",
+            "tls is false",
+        ),
+        (
+            with("password = \"p\""),
+            "sink[0].mqtt.username",
+            "needs a username",
+        ),
+    ];
+    for (text, key, words) in cases {
+        let e = error_of(&text);
+        assert_eq!(e.key, key, "{e}");
+        assert!(e.to_string().contains(words), "{e}");
+    }
+    let e = error_of(&MQTT.replace(
+        "source = \"generate\"",
+        "source = \"generate\"\non_error = \"dead_letter\"",
+    ));
+    assert_eq!(e.key, "sink[0].mqtt.dead_letter_topic");
+    let e = error_of(&with("dead_letter_topic = \"dlq\""));
+    assert!(e.message.contains("on_error"), "{e}");
+    let e = error_of(&with("adress = \"x\""));
+    assert_eq!(e.key, "sink[0].mqtt.adress");
+}
+
+#[test]
+fn the_mqtt_password_comes_from_the_environment_and_is_redacted() {
+    let text = MQTT.replace("topic = ", "username = \"u\"\ntopic = ");
+    let c = parse_with(&text, &[("SPILLWAY_MQTT_PASSWORD_TO_MQTT", "hunter2")])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let m = c.sinks[0]
+        .mqtt
+        .as_ref()
+        .unwrap_or_else(|| panic!("no [sink.mqtt]"));
+    assert_eq!(m.password.as_ref().map(Secret::expose), Some("hunter2"));
+    assert!(!format!("{c:?}").contains("hunter2"));
+}

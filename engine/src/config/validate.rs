@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 
-use super::{Config, ErrorPolicy, SinkConfig, SinkType, SourceKind};
+use super::{Config, Envelope, ErrorPolicy, MqttVersion, SinkConfig, SinkType, SourceKind};
 
 type Problem = (String, String);
 
@@ -234,6 +234,9 @@ fn validate_sink(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
     if sink.group_sync_interval.0.is_zero() {
         return Err(problem(key("group_sync_interval"), "must be more than 0"));
     }
+    if sink.kind != SinkType::Mqtt && sink.mqtt.is_some() {
+        return Err(problem(key("mqtt"), "is only for type = \"mqtt\""));
+    }
     match sink.kind {
         SinkType::File => match &sink.file {
             Some(f) if f.path.is_some() => {}
@@ -252,12 +255,200 @@ fn validate_sink(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
                 ));
             }
         }
+        SinkType::Mqtt => {
+            if sink.file.is_some() {
+                return Err(problem(
+                    key("file"),
+                    "is only for type = \"file\" or \"stdout\"",
+                ));
+            }
+            validate_mqtt(i, sink)?;
+        }
     }
-    if sink.on_error == ErrorPolicy::DeadLetter {
+    if sink.on_error == ErrorPolicy::DeadLetter && sink.kind != SinkType::Mqtt {
         return Err(problem(
             key("on_error"),
             "dead_letter needs a sink with a dead-letter destination; file and stdout sinks have none (use fail or skip)",
         ));
+    }
+    Ok(())
+}
+
+fn host_port(value: &str) -> bool {
+    matches!(value.rsplit_once(':'), Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok())
+}
+
+fn validate_mqtt(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
+    let key = |k: &str| format!("sink[{i}].mqtt.{k}");
+    let Some(m) = &sink.mqtt else {
+        return Err(problem(
+            format!("sink[{i}].mqtt"),
+            "missing: type = \"mqtt\" needs [sink.mqtt] with at least address and topic",
+        ));
+    };
+    if !host_port(&m.address) {
+        return Err(problem(
+            key("address"),
+            format!("{:?} is not host:port (e.g. \"127.0.0.1:1883\")", m.address),
+        ));
+    }
+    if m.connections == 0 || m.connections > 1024 {
+        return Err(problem(key("connections"), "must be 1 to 1024"));
+    }
+    if m.connections > 1 && !m.client_id.contains("{conn}") {
+        return Err(problem(
+            key("client_id"),
+            "must contain {conn} when connections > 1: a broker drops the older of two connections with one client id",
+        ));
+    }
+    if m.max_inflight == 0 {
+        return Err(problem(key("max_inflight"), "must be 1 to 65535"));
+    }
+    if m.qos > 2 {
+        return Err(problem(key("qos"), format!("{} is not 0, 1 or 2", m.qos)));
+    }
+    if let Some(w) = &m.will {
+        if w.qos > 2 {
+            return Err(problem(
+                key("will.qos"),
+                format!("{} is not 0, 1 or 2", w.qos),
+            ));
+        }
+        if w.topic.is_empty() || w.topic.contains(['+', '#', '\0']) {
+            return Err(problem(
+                key("will.topic"),
+                "must be a topic name: not empty, no + # or NUL",
+            ));
+        }
+    }
+    if m.keep_alive.0.as_secs() > u64::from(u16::MAX) {
+        return Err(problem(key("keep_alive"), "must be at most 65535 s"));
+    }
+    if m.connect_timeout.0.is_zero() {
+        return Err(problem(key("connect_timeout"), "must be more than 0"));
+    }
+    if m.reconnect_min.0.is_zero() || m.reconnect_min > m.reconnect_max {
+        return Err(problem(
+            key("reconnect_min"),
+            "must be more than 0 and at most mqtt.reconnect_max",
+        ));
+    }
+    if m.password.is_some() && m.username.is_none() {
+        return Err(problem(
+            key("username"),
+            "missing: a password needs a username",
+        ));
+    }
+    match (&m.topic, &m.topic_header) {
+        (None, None) => {
+            return Err(problem(
+                key("topic"),
+                "missing: set topic (static, or a template such as \"{stream}/{topic}/{partition}\") or topic_header",
+            ));
+        }
+        (Some(t), _) => {
+            let template =
+                crate::sink::mqtt::Template::parse(t).map_err(|e| problem(key("topic"), e))?;
+            if template.is_static() {
+                let lit = template.literal();
+                if lit.is_empty() || lit.contains(['+', '#', '\0']) || lit.len() > 65535 {
+                    return Err(problem(
+                        key("topic"),
+                        format!(
+                            "{lit:?} is not a topic name: not empty, no + # or NUL, at most 65535 bytes"
+                        ),
+                    ));
+                }
+            }
+        }
+        (None, Some(h)) if h.is_empty() => {
+            return Err(problem(key("topic_header"), "must not be empty"));
+        }
+        _ => {}
+    }
+    for (k, set) in [
+        ("tls_ca", m.tls_ca.is_some()),
+        ("tls_cert", m.tls_cert.is_some()),
+        ("tls_key", m.tls_key.is_some()),
+        ("tls_server_name", m.tls_server_name.is_some()),
+    ] {
+        if set && !m.tls {
+            return Err(problem(
+                key(k),
+                "is set but mqtt.tls is false: set tls = true or remove it",
+            ));
+        }
+    }
+    if m.tls_cert.is_some() != m.tls_key.is_some() {
+        return Err(problem(
+            key(if m.tls_cert.is_some() {
+                "tls_key"
+            } else {
+                "tls_cert"
+            }),
+            "missing: mutual TLS needs both tls_cert and tls_key",
+        ));
+    }
+    for (k, path) in [
+        ("tls_ca", &m.tls_ca),
+        ("tls_cert", &m.tls_cert),
+        ("tls_key", &m.tls_key),
+    ] {
+        if let Some(p) = path
+            && !p.is_file()
+        {
+            return Err(problem(
+                key(k),
+                format!("{} is not a readable file", p.display()),
+            ));
+        }
+    }
+    if m.protocol == MqttVersion::V311 {
+        if m.envelope == Envelope::Properties {
+            return Err(problem(
+                key("envelope"),
+                "\"properties\" needs protocol = \"5\" (MQTT 3.1.1 has no properties); use \"json\"",
+            ));
+        }
+        for (k, set) in [
+            ("content_type_header", m.content_type_header.is_some()),
+            ("payload_format_header", m.payload_format_header.is_some()),
+            ("message_expiry_header", m.message_expiry_header.is_some()),
+            ("response_topic_header", m.response_topic_header.is_some()),
+            (
+                "correlation_data_header",
+                m.correlation_data_header.is_some(),
+            ),
+        ] {
+            if set {
+                return Err(problem(
+                    key(k),
+                    "is an MQTT 5 property: set protocol = \"5\"",
+                ));
+            }
+        }
+    }
+    match (sink.on_error, &m.dead_letter_topic) {
+        (ErrorPolicy::DeadLetter, None) => {
+            return Err(problem(
+                key("dead_letter_topic"),
+                "missing: on_error = \"dead_letter\" needs the topic rejected messages go to",
+            ));
+        }
+        (ErrorPolicy::DeadLetter, Some(t)) if t.is_empty() || t.contains(['+', '#', '\0']) => {
+            return Err(problem(
+                key("dead_letter_topic"),
+                format!("{t:?} is not a topic name: not empty, no + # or NUL"),
+            ));
+        }
+        (ErrorPolicy::DeadLetter, Some(_)) => {}
+        (_, Some(_)) => {
+            return Err(problem(
+                key("dead_letter_topic"),
+                "is set but on_error is not \"dead_letter\"",
+            ));
+        }
+        _ => {}
     }
     Ok(())
 }

@@ -49,25 +49,12 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-/// A failed TLS handshake: a TLS failure (an untrusted certificate, a wrong name, an alert
-/// from the server) is [`IggyError::Tls`], named by the rustls error; a plain I/O failure
-/// during the handshake (reset, closed) is [`IggyError::Io`], retried like a failed connect.
-/// (`TlsError`'s own `Display` says only "io error" / "rustls error", and monoio-rustls wraps
-/// the rustls errors of received records in an `io::Error`.)
+/// A failed TLS handshake: a TLS failure is [`IggyError::Tls`], a plain I/O failure during the
+/// handshake [`IggyError::Io`] (see [`crate::tls::handshake_failure`]).
 fn handshake_error(address: &str, e: TlsError) -> IggyError {
-    let e = match e {
-        TlsError::Rustls(e) => return IggyError::Tls(format!("handshake with {address}: {e}")),
-        TlsError::Io(e) => e,
-    };
-    match e
-        .get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-    {
-        Some(tls) => IggyError::Tls(format!("handshake with {address}: {tls}")),
-        None => IggyError::Io(io::Error::new(
-            e.kind(),
-            format!("TLS handshake with {address}: {e}"),
-        )),
+    match crate::tls::handshake_failure(address, e) {
+        Ok(io) => IggyError::Io(io),
+        Err(tls) => IggyError::Tls(tls),
     }
 }
 

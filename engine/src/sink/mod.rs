@@ -9,6 +9,7 @@
 //! contiguous low watermark of confirmed offsets.
 
 mod file;
+pub mod mqtt;
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -18,6 +19,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 pub use file::FileSink;
+pub use mqtt::MqttSink;
 
 use crate::config::{SinkConfig, SinkType};
 use crate::message::Batch;
@@ -172,6 +174,19 @@ pub trait Sink {
     /// Partition `slot` is no longer this sink's (consumer-group rebalance): forget what is
     /// held for it without reporting.
     fn release(&mut self, slot: usize);
+    /// The sink's own figures for the metrics.
+    fn status(&self) -> SinkStatus {
+        SinkStatus::default()
+    }
+}
+
+/// What a sink reports about its destination.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SinkStatus {
+    /// Reconnects to the destination so far.
+    pub reconnects: u64,
+    /// Most messages in flight at once on one connection.
+    pub in_flight_peak: u64,
 }
 
 /// Every sink type, for static dispatch.
@@ -179,12 +194,15 @@ pub trait Sink {
 pub enum AnySink {
     /// JSON lines to a file or standard output.
     File(FileSink),
+    /// An MQTT broker.
+    Mqtt(MqttSink),
 }
 
 /// Builds the sink of `config` for shard `shard`.
 pub fn build(config: &SinkConfig, shard: usize, acks: Acks) -> Result<AnySink, SinkError> {
     match config.kind {
         SinkType::File | SinkType::Stdout => Ok(AnySink::File(FileSink::new(config, shard, acks)?)),
+        SinkType::Mqtt => Ok(AnySink::Mqtt(MqttSink::new(config, shard, acks)?)),
     }
 }
 
@@ -192,31 +210,43 @@ impl Sink for AnySink {
     async fn start(&mut self) -> Result<(), SinkError> {
         match self {
             AnySink::File(s) => s.start().await,
+            AnySink::Mqtt(s) => s.start().await,
         }
     }
     async fn deliver(&mut self, batch: Batch) -> Result<(), SinkError> {
         match self {
             AnySink::File(s) => s.deliver(batch).await,
+            AnySink::Mqtt(s) => s.deliver(batch).await,
         }
     }
     async fn tick(&mut self) -> Result<(), SinkError> {
         match self {
             AnySink::File(s) => s.tick().await,
+            AnySink::Mqtt(s) => s.tick().await,
         }
     }
     fn tick_interval(&self) -> Duration {
         match self {
             AnySink::File(s) => s.tick_interval(),
+            AnySink::Mqtt(s) => s.tick_interval(),
         }
     }
     async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError> {
         match self {
             AnySink::File(s) => s.drain(deadline).await,
+            AnySink::Mqtt(s) => s.drain(deadline).await,
         }
     }
     fn release(&mut self, slot: usize) {
         match self {
             AnySink::File(s) => s.release(slot),
+            AnySink::Mqtt(s) => s.release(slot),
+        }
+    }
+    fn status(&self) -> SinkStatus {
+        match self {
+            AnySink::File(s) => s.status(),
+            AnySink::Mqtt(s) => s.status(),
         }
     }
 }

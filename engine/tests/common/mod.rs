@@ -308,3 +308,144 @@ pub fn assert_once_in_order(got: &[Line], t: &Topic, per_partition: u64) {
         );
     }
 }
+
+// ---------------------------------------------------------------- MQTT sink helpers
+
+/// `[iggy]`, `[runtime]` and `[metrics]` for an engine reading `server` (add `[[sink]]` blocks
+/// from [`mqtt_sink`]).
+pub fn engine_sections(server: &IggyServer) -> String {
+    format!(
+        r#"
+[iggy]
+address = "{addr}"
+username = "{user}"
+password = "{password}"
+reconnect_min = "50ms"
+reconnect_max = "500ms"
+
+[runtime]
+shutdown_timeout = "20s"
+
+[metrics]
+address = ""
+log_interval = "0s"
+"#,
+        addr = server.addr(),
+        user = server.username(),
+        password = server.password(),
+    )
+}
+
+/// One `[[sink]]` of type `mqtt` named `name` reading `t` (`source`: `partitions = [...]` or
+/// `consumer_group = "..."`). `sink_extra` lines go into `[[sink]]` (with `poll_interval =
+/// "5ms"` and `commit_interval = "50ms"` unless it sets them); `mqtt` lines into `[sink.mqtt]`
+/// after `address` (a `[sink.mqtt.will]` table may follow at the end).
+pub fn mqtt_sink(
+    name: &str,
+    t: &Topic,
+    source: &str,
+    sink_extra: &str,
+    address: &str,
+    mqtt: &str,
+) -> String {
+    let defaults = [
+        ("poll_interval", "poll_interval = \"5ms\""),
+        ("commit_interval", "commit_interval = \"50ms\""),
+    ]
+    .iter()
+    .filter(|(key, _)| !sink_extra.contains(key))
+    .map(|(_, line)| *line)
+    .collect::<Vec<_>>()
+    .join("\n");
+    format!(
+        r#"
+[[sink]]
+name = "{name}"
+type = "mqtt"
+stream = "{stream}"
+topic = "{topic}"
+{source}
+{defaults}
+{sink_extra}
+
+[sink.mqtt]
+address = "{address}"
+{mqtt}
+"#,
+        stream = t.stream,
+        topic = t.topic,
+    )
+}
+
+/// Waits until consumer `consumer` has stored `last` on every partition of `t`; fails at once
+/// with the engine log if the engine exits first.
+pub fn wait_stored(
+    engine: &mut Engine,
+    admin: &mut IggyAdmin,
+    t: &Topic,
+    consumer: &str,
+    last: u64,
+    timeout: Duration,
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if (0..t.partitions).all(|p| stored(admin, t, consumer, p) == Some(last)) {
+            return;
+        }
+        if !engine.running() {
+            panic!(
+                "the engine exited before {consumer} stored offset {last}: {:?}\n{}",
+                (0..t.partitions)
+                    .map(|p| stored(admin, t, consumer, p))
+                    .collect::<Vec<_>>(),
+                engine.log()
+            );
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "timed out waiting for {consumer} to store offset {last}: {:?}\n{}",
+                (0..t.partitions)
+                    .map(|p| stored(admin, t, consumer, p))
+                    .collect::<Vec<_>>(),
+                engine.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends SIGTERM and asserts that the engine exits 0 within `timeout`.
+pub fn stop_clean(engine: &mut Engine, timeout: Duration) {
+    engine.signal("TERM");
+    let status = engine.wait(timeout).unwrap_or_else(|| {
+        panic!(
+            "the engine did not exit within {timeout:?} of SIGTERM\n{}",
+            engine.log()
+        )
+    });
+    assert!(status.success(), "exit {status:?}\n{}", engine.log());
+}
+
+/// Waits for the engine to exit on its own and returns its exit code.
+pub fn wait_exit_code(engine: &mut Engine, timeout: Duration) -> Option<i32> {
+    let status = engine.wait(timeout).unwrap_or_else(|| {
+        panic!(
+            "the engine did not stop by itself within {timeout:?}\n{}",
+            engine.log()
+        )
+    });
+    status.code()
+}
+
+/// Sends `messages` to `partition` in batches of 1000.
+pub fn send_all(admin: &mut IggyAdmin, t: &Topic, partition: u32, messages: &[TestMessage]) {
+    for chunk in messages.chunks(1000) {
+        admin.send(&t.stream, &t.topic, partition, chunk).unwrap();
+    }
+}
+
+/// The last `n` lines of a log, for panic messages about long logs.
+pub fn tail(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

@@ -9,8 +9,9 @@ use monoio::buf::IoVecBuf;
 /// several calls.
 const MAX_IOVECS_PER_CALL: usize = 1024;
 
-/// Owned buffers and the iovecs that describe them, from the first unsent byte on.
-pub(crate) struct IoVecs {
+/// Owned buffers and the iovecs that describe them, from the first unsent byte on (also used
+/// by the engine's MQTT connections).
+pub struct IoVecs {
     /// The buffers, never empty ones. `chunks[i]` is advanced past what was written of it.
     chunks: Vec<Bytes>,
     /// `iovecs[i]` describes exactly `chunks[i]` (as it is now).
@@ -21,6 +22,15 @@ pub(crate) struct IoVecs {
     remaining: usize,
 }
 
+impl std::fmt::Debug for IoVecs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoVecs")
+            .field("chunks", &self.chunks.len().saturating_sub(self.first))
+            .field("remaining", &self.remaining)
+            .finish()
+    }
+}
+
 fn iovec_of(chunk: &Bytes) -> libc::iovec {
     libc::iovec {
         iov_base: chunk.as_ptr().cast_mut().cast(),
@@ -29,7 +39,7 @@ fn iovec_of(chunk: &Bytes) -> libc::iovec {
 }
 
 impl IoVecs {
-    pub(crate) fn new(buffers: impl IntoIterator<Item = Bytes>) -> Self {
+    pub fn new(buffers: impl IntoIterator<Item = Bytes>) -> Self {
         let chunks: Vec<Bytes> = buffers.into_iter().filter(|c| !c.is_empty()).collect();
         let iovecs = chunks.iter().map(iovec_of).collect();
         let remaining = chunks.iter().map(Bytes::len).sum();
@@ -42,13 +52,13 @@ impl IoVecs {
     }
 
     /// Bytes not written yet.
-    pub(crate) fn remaining(&self) -> usize {
+    pub fn remaining(&self) -> usize {
         self.remaining
     }
 
     /// Marks `n` more bytes as written (what a `writev` returned). More than
     /// [`IoVecs::remaining`] is treated as all of it.
-    pub(crate) fn advance(&mut self, mut n: usize) {
+    pub fn advance(&mut self, mut n: usize) {
         while n > 0 {
             let Some(chunk) = self.chunks.get_mut(self.first) else {
                 break;

@@ -23,3 +23,4 @@ mod tls;
 
 pub use client::{Client, Target, TransportStats};
 pub use config::{TlsConfig, TransportConfig};
+pub use iovecs::IoVecs;

@@ -1,0 +1,287 @@
+//! `[sink.mqtt]`: the broker, the session, routing, envelopes and per-message properties.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+
+use super::{PayloadEncoding, Secret};
+use crate::units::Dur;
+
+/// The MQTT protocol version of a sink's connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MqttVersion {
+    /// MQTT 3.1.1 (`"3.1.1"`).
+    V311,
+    /// MQTT 5.0 (`"5"`).
+    #[default]
+    V5,
+}
+
+impl fmt::Display for MqttVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MqttVersion::V311 => "3.1.1",
+            MqttVersion::V5 => "5",
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for MqttVersion {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = MqttVersion;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("\"3.1.1\" or \"5\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<MqttVersion, E> {
+                match v {
+                    "3.1.1" | "311" | "v3.1.1" => Ok(MqttVersion::V311),
+                    "5" | "5.0" | "v5" => Ok(MqttVersion::V5),
+                    other => Err(E::custom(format!(
+                        "{other:?} is not an MQTT version: use \"3.1.1\" or \"5\""
+                    ))),
+                }
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<MqttVersion, E> {
+                match v {
+                    5 => Ok(MqttVersion::V5),
+                    other => Err(E::custom(format!(
+                        "{other} is not an MQTT version: use \"3.1.1\" or \"5\""
+                    ))),
+                }
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<MqttVersion, E> {
+                if v == 5.0 {
+                    Ok(MqttVersion::V5)
+                } else {
+                    Err(E::custom(format!(
+                        "{v} is not an MQTT version: use \"3.1.1\" or \"5\""
+                    )))
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// What travels with the payload besides the payload itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Envelope {
+    /// The payload as it is.
+    #[default]
+    None,
+    /// MQTT 5 only: the payload as it is, the Iggy metadata as user properties
+    /// (`iggy-stream`, `iggy-topic`, `iggy-partition`, `iggy-offset`, `iggy-id`,
+    /// `iggy-timestamp`, `iggy-origin-timestamp`).
+    Properties,
+    /// A JSON object `{"metadata": {...}, "headers": {...}, "payload": ...}` (any version).
+    Json,
+}
+
+/// `[sink.mqtt.will]`: the last will the broker publishes if the connection dies.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WillConfig {
+    /// Topic of the will (`{sink}`, `{shard}` and `{conn}` are replaced).
+    pub topic: String,
+    /// Payload (UTF-8 text).
+    #[serde(default)]
+    pub payload: String,
+    /// QoS 0, 1 or 2.
+    #[serde(default)]
+    pub qos: u8,
+    /// Retain the will.
+    #[serde(default)]
+    pub retain: bool,
+}
+
+/// `[sink.mqtt]`.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MqttSinkConfig {
+    /// `host:port` of the broker.
+    pub address: String,
+    /// `"5"` (default) or `"3.1.1"`.
+    #[serde(default)]
+    pub protocol: MqttVersion,
+    /// Broker connections per shard; partitions are spread over them (one partition always
+    /// uses the same connection, so its messages stay in order).
+    #[serde(default = "defaults::connections")]
+    pub connections: u16,
+    /// Client id template: `{sink}`, `{shard}`, `{conn}` (the connection number on the shard),
+    /// `{pid}`. It must contain `{shard}` and `{conn}` when there is more than one connection in
+    /// all, so ids never collide (a broker drops the older of two connections with one id).
+    #[serde(default = "defaults::client_id")]
+    pub client_id: String,
+    /// Username.
+    pub username: Option<String>,
+    /// Password (needs `username`). Or env `SPILLWAY_MQTT_PASSWORD_<SINK NAME>` (upper case,
+    /// `-` and `.` as `_`).
+    pub password: Option<Secret>,
+    /// Connect with TLS.
+    #[serde(default)]
+    pub tls: bool,
+    /// PEM file of the CA to trust; without it, the Mozilla roots.
+    pub tls_ca: Option<PathBuf>,
+    /// Name to check the broker certificate against (default: the host of `address`).
+    pub tls_server_name: Option<String>,
+    /// PEM client certificate chain for mutual TLS (with `tls_key`).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
+    /// MQTT keep-alive; a PINGREQ goes out after this long without sending. `"0s"` turns it
+    /// off.
+    #[serde(default = "defaults::keep_alive")]
+    pub keep_alive: Dur,
+    /// Time for TCP connect, TLS handshake and CONNACK.
+    #[serde(default = "defaults::connect_timeout")]
+    pub connect_timeout: Dur,
+    /// First wait before reconnecting (doubles, with jitter, up to `reconnect_max`).
+    #[serde(default = "defaults::reconnect_min")]
+    pub reconnect_min: Dur,
+    /// Longest wait between reconnect attempts.
+    #[serde(default = "defaults::reconnect_max")]
+    pub reconnect_max: Dur,
+    /// QoS 1/2 messages in flight per connection (packet-id window); the broker's Receive
+    /// Maximum (MQTT 5) lowers it.
+    #[serde(default = "defaults::max_inflight")]
+    pub max_inflight: u16,
+    /// Start every connection with a fresh session. With `false` the session survives
+    /// reconnects (MQTT 5: for `session_expiry`; 3.1.1: a persistent session), so a
+    /// reconnect re-sends unconfirmed messages with DUP and the pending PUBRELs. The first
+    /// connection of a process always starts clean: the engine keeps no session state across
+    /// restarts (Iggy offsets replay what was not confirmed).
+    #[serde(default = "defaults::yes")]
+    pub clean_start: bool,
+    /// MQTT 5 Session Expiry Interval (used with `clean_start = false`).
+    #[serde(default = "defaults::session_expiry")]
+    pub session_expiry: Dur,
+    /// Default QoS (0, 1 or 2).
+    #[serde(default = "defaults::qos")]
+    pub qos: u8,
+    /// Default RETAIN flag.
+    #[serde(default)]
+    pub retain: bool,
+    /// The topic: static (`"plant/telemetry"`) or a template with `{stream}`, `{topic}`,
+    /// `{partition}`, `{offset}`, `{id}`, `{header.NAME}` and `{json.POINTER}` (a JSON
+    /// pointer such as `/device/id`, or dotted: `{json.device.id}`). Needed unless
+    /// `topic_header` is set; with both, it is the fallback for messages without the header.
+    pub topic: Option<String>,
+    /// Dynamic routing: the topic is the value of this Iggy header.
+    pub topic_header: Option<String>,
+    /// MQTT 5 topic aliases to use per connection (the broker's Topic Alias Maximum caps it);
+    /// 0 turns them off.
+    #[serde(default = "defaults::topic_aliases")]
+    pub topic_aliases: u16,
+    /// `none`, `properties` (MQTT 5) or `json`.
+    #[serde(default)]
+    pub envelope: Envelope,
+    /// How a payload goes into the JSON envelope (and the 3.1.1 dead-letter envelope).
+    #[serde(default)]
+    pub payload: PayloadEncoding,
+    /// MQTT 5: send the Iggy user headers as user properties.
+    #[serde(default = "defaults::yes")]
+    pub headers_as_properties: bool,
+    /// Per message: the QoS from this Iggy header (`0`, `1`, `2`).
+    pub qos_header: Option<String>,
+    /// Per message: the RETAIN flag from this header (`true`/`false`/`1`/`0`).
+    pub retain_header: Option<String>,
+    /// MQTT 5, per message: Content Type from this header.
+    pub content_type_header: Option<String>,
+    /// MQTT 5, per message: Payload Format Indicator (`0`/`1`, `bytes`/`utf8`) from this
+    /// header.
+    pub payload_format_header: Option<String>,
+    /// MQTT 5, per message: Message Expiry Interval in seconds from this header.
+    pub message_expiry_header: Option<String>,
+    /// MQTT 5, per message: Response Topic from this header.
+    pub response_topic_header: Option<String>,
+    /// MQTT 5, per message: Correlation Data from this header.
+    pub correlation_data_header: Option<String>,
+    /// With `on_error = "dead_letter"`: where rejected messages go, with the reason (MQTT 5:
+    /// user properties `spillway-error`, `spillway-reason-code` and the Iggy metadata; 3.1.1:
+    /// a JSON envelope with an `"error"` field).
+    pub dead_letter_topic: Option<String>,
+    /// The last will.
+    pub will: Option<WillConfig>,
+}
+
+impl fmt::Debug for MqttSinkConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MqttSinkConfig")
+            .field("address", &self.address)
+            .field("protocol", &self.protocol)
+            .field("client_id", &self.client_id)
+            .field("username", &self.username)
+            .field("password", &self.password)
+            .field("tls", &self.tls)
+            .field("qos", &self.qos)
+            .field("topic", &self.topic)
+            .field("topic_header", &self.topic_header)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MqttSinkConfig {
+    /// The keep-alive in whole seconds for CONNECT (at most 65535).
+    pub fn keep_alive_secs(&self) -> u16 {
+        u16::try_from(self.keep_alive.0.as_secs()).unwrap_or(u16::MAX)
+    }
+
+    /// The session expiry in seconds for CONNECT (`u32::MAX` means never).
+    pub fn session_expiry_secs(&self) -> u32 {
+        u32::try_from(self.session_expiry.0.as_secs()).unwrap_or(u32::MAX)
+    }
+}
+
+/// The environment variable that holds the MQTT password of sink `name`.
+pub fn password_env(name: &str) -> String {
+    let mut v = String::from("SPILLWAY_MQTT_PASSWORD_");
+    v.extend(name.chars().map(|c| match c {
+        '-' | '.' => '_',
+        c => c.to_ascii_uppercase(),
+    }));
+    v
+}
+
+mod defaults {
+    use super::*;
+
+    pub fn connections() -> u16 {
+        1
+    }
+    pub fn client_id() -> String {
+        "spillway-{sink}-{shard}-{conn}".to_owned()
+    }
+    pub fn keep_alive() -> Dur {
+        Dur(Duration::from_secs(30))
+    }
+    pub fn connect_timeout() -> Dur {
+        Dur(Duration::from_secs(10))
+    }
+    pub fn reconnect_min() -> Dur {
+        Dur(Duration::from_millis(100))
+    }
+    pub fn reconnect_max() -> Dur {
+        Dur(Duration::from_secs(10))
+    }
+    pub fn max_inflight() -> u16 {
+        1000
+    }
+    pub fn session_expiry() -> Dur {
+        Dur(Duration::from_secs(3600))
+    }
+    pub fn qos() -> u8 {
+        1
+    }
+    pub fn topic_aliases() -> u16 {
+        64
+    }
+    pub fn yes() -> bool {
+        true
+    }
+}

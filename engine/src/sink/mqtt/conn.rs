@@ -1,0 +1,864 @@
+//! One broker connection of the MQTT sink, on the shard's monoio runtime.
+//!
+//! The sink queues PUBLISH packets on a [`Link`]; the connection task owns the socket. After
+//! CONNECT/CONNACK the socket is split: the writer moves queued messages into the codec's
+//! [`Session`] while its window has room, gathers every encoded header and payload into one
+//! vectored write, and confirms QoS 0 messages once written; the reader decodes the broker's
+//! packets, hands them to the session, and turns completions into confirmations (coalesced into
+//! ranges) or rejections (the sink's error policy). Whatever ends the connection (I/O error,
+//! protocol error, broker DISCONNECT, keep-alive timeout) leads to a reconnect with exponential
+//! backoff and jitter; the session then re-sends what was not confirmed, with DUP and the
+//! pending PUBRELs when the broker kept the session, as new otherwise.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use monoio::buf::{IoBufMut, SliceMut};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, Split, Splitable};
+use monoio::net::TcpStream;
+use monoio::time::timeout;
+use monoio_rustls::TlsConnector;
+use spillway_codec::session::{Event, Sent, Session, SessionConfig, SessionError};
+use spillway_codec::{
+    Connect, Decoded, Disconnect, MqttStr, Outbound, Protocol, Publish, QoS, ReasonCode, Will,
+    decode,
+};
+use spillway_s3::transport::IoVecs;
+use tracing::{info, warn};
+
+use super::shape::{Kept, Shaper};
+use crate::config::{ErrorPolicy, MqttSinkConfig, MqttVersion};
+use crate::sink::Acks;
+
+/// The most bytes gathered into one vectored write.
+const MAX_WRITE: usize = 1 << 20;
+/// Smallest room made in the read buffer before a read.
+const MIN_READ: usize = 64 * 1024;
+
+/// What a queued message carries back to the engine.
+#[derive(Debug)]
+pub struct Token {
+    /// Partition slot.
+    pub slot: usize,
+    /// Offset.
+    pub offset: u64,
+    /// The message, kept for the dead-letter topic (only under `on_error = "dead_letter"`).
+    pub kept: Option<Box<Kept>>,
+    /// This is the dead letter of the message: its failure is final.
+    pub dead_letter: bool,
+}
+
+/// A message waiting for the connection.
+#[derive(Debug)]
+pub struct Item {
+    pub publish: Publish,
+    pub token: Token,
+}
+
+/// What every connection of the sink on this shard shares.
+pub struct Ctx {
+    pub cfg: MqttSinkConfig,
+    pub sink: String,
+    pub shard: usize,
+    pub acks: Acks,
+    pub policy: ErrorPolicy,
+    pub dead_letter_topic: Option<MqttStr>,
+    pub shaper: Rc<RefCell<Shaper>>,
+    pub tls: Option<(
+        Arc<rustls::ClientConfig>,
+        rustls::pki_types::ServerName<'static>,
+    )>,
+    /// A failure that stops the sink.
+    pub fatal: RefCell<Option<String>>,
+}
+
+impl std::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx")
+            .field("sink", &self.sink)
+            .field("shard", &self.shard)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ctx {
+    fn set_fatal(&self, msg: String) {
+        let mut f = self.fatal.borrow_mut();
+        if f.is_none() {
+            *f = Some(msg);
+        }
+    }
+
+    /// A message the broker (or the session) will not take: the error policy decides.
+    pub fn reject(&self, link: &Link, token: Token, reason: String, code: Option<ReasonCode>) {
+        if token.dead_letter {
+            self.acks.fail(
+                token.slot,
+                token.offset,
+                format!("its dead letter was rejected too: {reason}"),
+            );
+            return;
+        }
+        if self.policy == ErrorPolicy::DeadLetter
+            && let (Some(topic), Some(kept)) = (&self.dead_letter_topic, token.kept)
+        {
+            warn!(
+                sink = %self.sink,
+                partition = kept.partition.partition,
+                offset = token.offset,
+                "sending a rejected message to the dead-letter topic: {reason}"
+            );
+            let publish = self.shaper.borrow().dead_letter(
+                topic,
+                &kept.partition,
+                &kept.message,
+                &reason,
+                code,
+            );
+            link.queue.borrow_mut().push_front(Item {
+                publish,
+                token: Token {
+                    slot: token.slot,
+                    offset: token.offset,
+                    kept: None,
+                    dead_letter: true,
+                },
+            });
+            link.wake();
+            return;
+        }
+        self.acks.fail(token.slot, token.offset, reason);
+    }
+}
+
+/// The state of one connection, shared by the sink and the connection task.
+pub struct Link {
+    /// Connection number on the shard.
+    pub index: usize,
+    pub queue: RefCell<VecDeque<Item>>,
+    pub session: RefCell<Session<Token>>,
+    out: RefCell<Outbound>,
+    /// QoS 0 messages encoded into `out` and not written yet.
+    qos0: RefCell<Vec<Token>>,
+    writer: Cell<Option<Waker>>,
+    /// Connected (CONNACK received) right now.
+    pub up: Cell<bool>,
+    /// The first connection attempt has an outcome.
+    pub tried: Cell<bool>,
+    /// Drain: send DISCONNECT once nothing is queued or in flight.
+    pub closing: Cell<bool>,
+    /// End now.
+    pub stop: Cell<bool>,
+    /// The task has ended.
+    pub finished: Cell<bool>,
+    /// Most QoS 1/2 messages in flight at once.
+    pub peak_in_flight: Cell<usize>,
+    /// Connections made after the first.
+    pub reconnects: Cell<u64>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("index", &self.index)
+            .field("queued", &self.queue.borrow().len())
+            .field("up", &self.up.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Link {
+    pub fn new(index: usize, cfg: &MqttSinkConfig) -> Link {
+        let protocol = match cfg.protocol {
+            MqttVersion::V311 => Protocol::V311,
+            MqttVersion::V5 => Protocol::V5,
+        };
+        let mut scfg = SessionConfig::new(protocol, cfg.max_inflight);
+        scfg.topic_alias_maximum = cfg.topic_aliases;
+        let mut out = Outbound::with_capacity(64 * 1024, 256);
+        out.set_inline_max(256);
+        Link {
+            index,
+            queue: RefCell::new(VecDeque::new()),
+            session: RefCell::new(Session::new(scfg)),
+            out: RefCell::new(out),
+            qos0: RefCell::new(Vec::new()),
+            writer: Cell::new(None),
+            up: Cell::new(false),
+            tried: Cell::new(false),
+            closing: Cell::new(false),
+            stop: Cell::new(false),
+            finished: Cell::new(false),
+            peak_in_flight: Cell::new(0),
+            reconnects: Cell::new(0),
+        }
+    }
+
+    /// Wakes the writer (new messages, room in the window, replies to send, closing).
+    pub fn wake(&self) {
+        if let Some(w) = self.writer.take() {
+            w.wake();
+        }
+    }
+
+    /// Nothing queued, nothing in flight, nothing unwritten.
+    pub fn idle(&self) -> bool {
+        self.queue.borrow().is_empty()
+            && self.session.borrow().in_flight() == 0
+            && self.qos0.borrow().is_empty()
+            && self.out.borrow().is_empty()
+    }
+
+    /// Drops queued messages of `slot` (the partition is no longer this sink's).
+    pub fn release(&self, slot: usize) {
+        self.queue.borrow_mut().retain(|i| i.token.slot != slot);
+    }
+}
+
+/// Contiguous confirmations of one partition, reported as one range.
+#[derive(Default)]
+struct Run {
+    run: Option<(usize, u64, u64)>,
+}
+
+impl Run {
+    fn push(&mut self, acks: &Acks, slot: usize, offset: u64) {
+        match &mut self.run {
+            Some((s, _, last)) if *s == slot && offset == *last + 1 => *last = offset,
+            _ => {
+                self.flush(acks);
+                self.run = Some((slot, offset, offset));
+            }
+        }
+    }
+
+    fn flush(&mut self, acks: &Acks) {
+        if let Some((slot, first, last)) = self.run.take() {
+            acks.confirm(slot, first, last);
+        }
+    }
+}
+
+/// Why a connection attempt failed.
+struct ConnectError {
+    /// A retry will not help (refused credentials, TLS): the sink stops.
+    fatal: bool,
+    message: String,
+}
+
+impl ConnectError {
+    fn retry(message: String) -> Self {
+        ConnectError {
+            fatal: false,
+            message,
+        }
+    }
+}
+
+/// CONNACK codes worth retrying: the broker is unavailable, busy or rate-limiting for now.
+fn transient_refusal(protocol: Protocol, code: ReasonCode) -> bool {
+    match protocol {
+        Protocol::V311 => code.0 == 3,
+        Protocol::V5 => matches!(code.0, 0x88 | 0x89 | 0x97 | 0x9F),
+    }
+}
+
+/// Runs connection `link` until it is stopped, closed after a drain, or fails for good.
+pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
+    let cfg = &ctx.cfg;
+    let mut backoff = cfg.reconnect_min.0;
+    let mut first = true;
+    // A persistent session must begin with a connection made with Clean Start (Session) 0:
+    // MQTT 3.1.1 keeps no session for a clean connection, and mosquitto persists an MQTT 5
+    // session across its own restarts only when it began that way. But such a connection would
+    // also resume a session an earlier process left (with packet ids this process knows
+    // nothing of), so the first connection clears it with a clean connection, disconnects,
+    // and then connects with Clean Start 0.
+    let mut clear_first = !cfg.clean_start;
+    while !link.stop.get() {
+        let clean = first || cfg.clean_start;
+        let result = connection(&ctx, &link, clean, clear_first).await;
+        let was_up = link.up.replace(false);
+        link.tried.set(true);
+        // Everything not confirmed goes again on the next connection (the session keeps
+        // QoS 1/2 messages); QoS 0 messages not written are polled again.
+        lost(&ctx, &link);
+        match result {
+            Ok(Closed::Drained) => break,
+            Ok(Closed::Cleared) => {
+                clear_first = false;
+                first = false;
+                continue;
+            }
+            Err(e) if e.fatal => {
+                warn!(sink = %ctx.sink, conn = link.index, "{}", e.message);
+                ctx.set_fatal(e.message);
+                break;
+            }
+            Err(e) => {
+                if link.stop.get() {
+                    break;
+                }
+                warn!(
+                    sink = %ctx.sink,
+                    conn = link.index,
+                    "MQTT connection to {}: {}; reconnecting in about {:?}",
+                    cfg.address,
+                    e.message,
+                    backoff
+                );
+            }
+        }
+        if was_up {
+            first = false;
+            backoff = cfg.reconnect_min.0;
+        }
+        if link.closing.get() && link.idle() {
+            // Draining and nothing left to send: no reason to come back.
+            break;
+        }
+        let wait = backoff.mul_f64(0.5 + fastrand::f64());
+        backoff = (backoff * 2).min(cfg.reconnect_max.0);
+        let until = Instant::now() + wait;
+        while !link.stop.get() && Instant::now() < until {
+            monoio::time::sleep(
+                until
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(50)),
+            )
+            .await;
+        }
+        link.reconnects.set(link.reconnects.get() + 1);
+    }
+    link.finished.set(true);
+}
+
+/// After a connection ended: the session forgets the wire, unwritten QoS 0 messages are
+/// polled again (with everything queued after them in their partitions).
+fn lost(ctx: &Ctx, link: &Link) {
+    link.session.borrow_mut().connection_lost();
+    link.out.borrow_mut().clear();
+    let unwritten = std::mem::take(&mut *link.qos0.borrow_mut());
+    if unwritten.is_empty() {
+        return;
+    }
+    let mut from: Vec<(usize, u64)> = Vec::new();
+    for t in unwritten {
+        match from.iter_mut().find(|(s, _)| *s == t.slot) {
+            Some((_, o)) => *o = (*o).min(t.offset),
+            None => from.push((t.slot, t.offset)),
+        }
+    }
+    let mut queue = link.queue.borrow_mut();
+    for &(slot, offset) in &from {
+        queue.retain(|i| i.token.slot != slot || i.token.offset < offset);
+        ctx.acks.redeliver(slot, offset);
+    }
+}
+
+enum Closed {
+    /// DISCONNECT sent after a drain.
+    Drained,
+    /// The clean 3.1.1 connection that clears an old session is done.
+    Cleared,
+}
+
+async fn resolve(address: &str) -> Result<Vec<SocketAddr>, ConnectError> {
+    address
+        .to_socket_addrs()
+        .map(Iterator::collect)
+        .map_err(|e| ConnectError::retry(format!("resolving {address}: {e}")))
+}
+
+/// One connection: TCP (and TLS), CONNECT/CONNACK, then the reader and writer until it ends.
+async fn connection(
+    ctx: &Rc<Ctx>,
+    link: &Rc<Link>,
+    clean: bool,
+    clear_first: bool,
+) -> Result<Closed, ConnectError> {
+    let cfg = &ctx.cfg;
+    let mut last = String::from("no address");
+    let mut tcp = None;
+    for addr in resolve(&cfg.address).await? {
+        match timeout(cfg.connect_timeout.0, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => {
+                tcp = Some(s);
+                break;
+            }
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = "connect timed out".to_owned(),
+        }
+    }
+    let tcp = tcp.ok_or_else(|| ConnectError::retry(format!("connecting: {last}")))?;
+    let _ = tcp.set_nodelay(true);
+    match &ctx.tls {
+        None => session(ctx, link, tcp, clean, clear_first).await,
+        Some((config, name)) => {
+            let connector = TlsConnector::from(Arc::clone(config));
+            let tls = timeout(cfg.connect_timeout.0, connector.connect(name.clone(), tcp))
+                .await
+                .map_err(|_| ConnectError::retry("the TLS handshake timed out".to_owned()))?
+                .map_err(|e| match crate::tls::handshake_failure(&cfg.address, e) {
+                    Ok(io) => ConnectError::retry(io.to_string()),
+                    Err(tls) => ConnectError {
+                        fatal: true,
+                        message: format!("MQTT broker {}: {tls}", cfg.address),
+                    },
+                })?;
+            session(ctx, link, tls, clean, clear_first).await
+        }
+    }
+}
+
+fn connect_packet(ctx: &Ctx, link: &Link, clean: bool) -> Result<Connect, ConnectError> {
+    let cfg = &ctx.cfg;
+    let protocol = link.session.borrow().protocol();
+    let fill = |t: &str| {
+        t.replace("{sink}", &ctx.sink)
+            .replace("{shard}", &ctx.shard.to_string())
+            .replace("{conn}", &link.index.to_string())
+            .replace("{pid}", &std::process::id().to_string())
+    };
+    let bad = |what: &str, e: String| ConnectError {
+        fatal: true,
+        message: format!("{what}: {e}"),
+    };
+    let client_id = MqttStr::from_str(&fill(&cfg.client_id))
+        .map_err(|e| bad("mqtt.client_id", e.to_string()))?;
+    let mut c = Connect::new(protocol, client_id);
+    c.clean_start = clean;
+    c.keep_alive = cfg.keep_alive_secs();
+    if let Some(u) = &cfg.username {
+        c.username = Some(MqttStr::from_str(u).map_err(|e| bad("mqtt.username", e.to_string()))?);
+    }
+    if let Some(p) = &cfg.password {
+        c.password = Some(Bytes::copy_from_slice(p.expose().as_bytes()));
+    }
+    if protocol == Protocol::V5 && !clean {
+        c.properties.session_expiry_interval = Some(cfg.session_expiry_secs());
+    }
+    if let Some(w) = &cfg.will {
+        let topic = MqttStr::from_str(&fill(&w.topic))
+            .map_err(|e| bad("mqtt.will.topic", e.to_string()))?;
+        c.will = Some(Will {
+            topic,
+            payload: Bytes::copy_from_slice(w.payload.as_bytes()),
+            qos: QoS::from_u8(w.qos).unwrap_or(QoS::AtMostOnce),
+            retain: w.retain,
+            properties: Default::default(),
+        });
+    }
+    Ok(c)
+}
+
+async fn read_more<R: AsyncReadRent>(r: &mut R, buf: &mut BytesMut) -> io::Result<()> {
+    buf.reserve(MIN_READ);
+    let b = std::mem::take(buf);
+    let (len, cap) = (b.len(), b.capacity());
+    let room: SliceMut<BytesMut> = b.slice_mut(len..cap);
+    let (result, room) = r.read(room).await;
+    *buf = room.into_inner();
+    match result {
+        Ok(0) => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the broker closed the connection",
+        )),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes everything queued in `out` (one vectored write, more if the kernel takes part).
+async fn write_out<W: AsyncWriteRent>(
+    w: &mut W,
+    link: &Link,
+    chunks: &mut Vec<Bytes>,
+    limit: Duration,
+) -> io::Result<()> {
+    {
+        let mut out = link.out.borrow_mut();
+        out.seal();
+        while let Some(c) = out.pop_chunk() {
+            chunks.push(c);
+        }
+    }
+    let mut iov = IoVecs::new(chunks.drain(..));
+    while iov.remaining() > 0 {
+        let (result, back) = timeout(limit, w.writev(iov))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "a write timed out"))?;
+        iov = back;
+        match result {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => iov.advance(n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    timeout(limit, w.flush())
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "a write timed out"))?
+}
+
+async fn session<S>(
+    ctx: &Rc<Ctx>,
+    link: &Rc<Link>,
+    mut stream: S,
+    clean: bool,
+    clear_first: bool,
+) -> Result<Closed, ConnectError>
+where
+    S: AsyncReadRent + AsyncWriteRent + Split + 'static,
+{
+    let cfg = &ctx.cfg;
+    let connect = connect_packet(ctx, link, clean || clear_first)?;
+    let io_err = |what: &str, e: io::Error| ConnectError::retry(format!("{what}: {e}"));
+    {
+        let mut out = link.out.borrow_mut();
+        out.clear();
+        link.session
+            .borrow_mut()
+            .connect(&connect, &mut out, Instant::now())
+            .map_err(|e| ConnectError {
+                fatal: true,
+                message: format!("CONNECT: {e}"),
+            })?;
+    }
+    let limit = cfg.connect_timeout.0;
+    let mut chunks = Vec::new();
+    write_out(&mut stream, link, &mut chunks, limit)
+        .await
+        .map_err(|e| io_err("sending CONNECT", e))?;
+    let mut buf = BytesMut::with_capacity(MIN_READ);
+    let deadline = Instant::now() + limit;
+    let opts = link.session.borrow().decode_options();
+    let (present, resent) = loop {
+        match decode(&mut buf, &opts) {
+            Ok(Decoded::Packet(packet)) => {
+                let event = {
+                    let mut out = link.out.borrow_mut();
+                    link.session
+                        .borrow_mut()
+                        .handle(packet, &mut out, Instant::now())
+                };
+                match event {
+                    Ok(Some(Event::Connected {
+                        session_present,
+                        resent,
+                    })) => break (session_present, resent),
+                    Ok(Some(Event::Disconnected(d))) => {
+                        return Err(ConnectError::retry(format!(
+                            "the broker sent DISCONNECT instead of CONNACK: {} ({:#04x})",
+                            d.reason.name(),
+                            d.reason.0
+                        )));
+                    }
+                    Ok(_) => {}
+                    Err(SessionError::ConnectionRefused {
+                        protocol,
+                        code,
+                        reason_string,
+                    }) => {
+                        let e = SessionError::ConnectionRefused {
+                            protocol,
+                            code,
+                            reason_string,
+                        };
+                        return Err(ConnectError {
+                            fatal: !transient_refusal(protocol, code),
+                            message: format!("MQTT broker {}: {e}", cfg.address),
+                        });
+                    }
+                    Err(e) => return Err(ConnectError::retry(e.to_string())),
+                }
+            }
+            Ok(Decoded::Incomplete { .. }) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                timeout(left, read_more(&mut stream, &mut buf))
+                    .await
+                    .map_err(|_| ConnectError::retry("no CONNACK within connect_timeout".into()))?
+                    .map_err(|e| match crate::tls::rustls_cause(&e) {
+                        // TLS 1.3 delivers a refused client certificate as an alert after
+                        // the handshake: a retry will not fix it.
+                        Some(tls) => ConnectError {
+                            fatal: true,
+                            message: format!(
+                                "MQTT broker {}: TLS: {tls} (waiting for CONNACK)",
+                                cfg.address
+                            ),
+                        },
+                        None => io_err("waiting for CONNACK", e),
+                    })?;
+            }
+            Err(e) => {
+                return Err(ConnectError::retry(format!(
+                    "malformed packet from the broker: {e}"
+                )));
+            }
+        }
+    };
+    let limit_window = link.session.borrow().window_limit();
+    if clear_first {
+        // The old session is gone; now the persistent one.
+        {
+            let mut out = link.out.borrow_mut();
+            let _ = link.session.borrow_mut().disconnect(
+                Disconnect::default(),
+                &mut out,
+                Instant::now(),
+            );
+        }
+        let _ = write_out(&mut stream, link, &mut chunks, limit).await;
+        return Ok(Closed::Cleared);
+    }
+    link.up.set(true);
+    link.tried.set(true);
+    info!(
+        sink = %ctx.sink,
+        conn = link.index,
+        "connected to MQTT broker {} (MQTT {}, session present: {present}, window {limit_window}, re-sending {resent})",
+        cfg.address,
+        cfg.protocol
+    );
+    let write_limit = cfg.keep_alive.0.max(cfg.connect_timeout.0);
+    let (r, w) = stream.into_split();
+    let reader = read_loop(ctx, link, r, buf);
+    let writer = write_loop(ctx, link, w, write_limit);
+    let result = monoio::select! {
+        r = reader => r,
+        w = writer => w,
+    };
+    match result {
+        // The broker closing the socket after our DISCONNECT (or racing it) ends a drain.
+        Err(_) if link.closing.get() && link.idle() => Ok(Closed::Drained),
+        r => r.map_err(ConnectError::retry),
+    }
+}
+
+async fn read_loop<R: AsyncReadRent>(
+    ctx: &Ctx,
+    link: &Link,
+    mut r: R,
+    mut buf: BytesMut,
+) -> Result<Closed, String> {
+    loop {
+        process(ctx, link, &mut buf)?;
+        read_more(&mut r, &mut buf)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+}
+
+/// Decodes and handles every whole packet in `buf`.
+fn process(ctx: &Ctx, link: &Link, buf: &mut BytesMut) -> Result<(), String> {
+    let now = Instant::now();
+    let opts = link.session.borrow().decode_options();
+    let mut run = Run::default();
+    let mut rejected = Vec::new();
+    let mut result = Ok(());
+    loop {
+        match decode(buf, &opts) {
+            Ok(Decoded::Packet(packet)) => {
+                let event = {
+                    let mut out = link.out.borrow_mut();
+                    link.session.borrow_mut().handle(packet, &mut out, now)
+                };
+                match event {
+                    Ok(Some(Event::Completed(c))) => {
+                        if c.is_success() {
+                            run.push(&ctx.acks, c.token.slot, c.token.offset);
+                        } else {
+                            let ack = if c.qos == QoS::AtLeastOnce {
+                                "PUBACK"
+                            } else {
+                                "PUBREC"
+                            };
+                            let mut reason = format!(
+                                "the broker rejected it: {ack} reason {:#04x} ({})",
+                                c.reason.0,
+                                c.reason.name()
+                            );
+                            if let Some(s) = &c.reason_string {
+                                reason.push_str(": ");
+                                reason.push_str(s.as_str());
+                            }
+                            rejected.push((c.token, reason, c.reason));
+                        }
+                    }
+                    Ok(Some(Event::Disconnected(d))) => {
+                        let mut why = format!(
+                            "the broker sent DISCONNECT: {} ({:#04x})",
+                            d.reason.name(),
+                            d.reason.0
+                        );
+                        if let Some(s) = d.properties.reason_string.as_ref() {
+                            why.push_str(": ");
+                            why.push_str(s.as_str());
+                        }
+                        result = Err(why);
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        result = Err(e.to_string());
+                        break;
+                    }
+                }
+            }
+            Ok(Decoded::Incomplete { .. }) => break,
+            Err(e) => {
+                result = Err(format!("malformed packet from the broker: {e}"));
+                break;
+            }
+        }
+    }
+    run.flush(&ctx.acks);
+    for (token, reason, code) in rejected {
+        ctx.reject(link, token, reason, Some(code));
+    }
+    if result.is_ok() {
+        let mut out = link.out.borrow_mut();
+        link.session
+            .borrow_mut()
+            .poll_transmit(&mut out, now)
+            .map_err(|e| e.to_string())?;
+    }
+    link.wake();
+    result
+}
+
+/// Moves queued messages into the session while its window has room (QoS 0 always), up to
+/// [`MAX_WRITE`] bytes per write.
+fn fill(ctx: &Ctx, link: &Link, now: Instant) {
+    let mut rejected = Vec::new();
+    {
+        let mut queue = link.queue.borrow_mut();
+        let mut session = link.session.borrow_mut();
+        let mut out = link.out.borrow_mut();
+        let mut qos0 = link.qos0.borrow_mut();
+        // Refill the window in batches: a broker that acknowledges one message per write
+        // (mosquitto) would otherwise get one PUBLISH per PUBACK, a system call or two each
+        // way per message. QoS 1/2 messages wait until a quarter of the window is free (or
+        // nothing is in flight); the cost is at most a quarter window of latency.
+        let limit = session.window_limit();
+        let held = session.in_flight();
+        let gated = held > 0 && limit.saturating_sub(held) < (limit / 4).max(1);
+        while out.len() < MAX_WRITE {
+            if gated
+                && queue
+                    .front()
+                    .is_some_and(|i| i.publish.qos != QoS::AtMostOnce)
+            {
+                break;
+            }
+            let Some(item) = queue.pop_front() else {
+                break;
+            };
+            match session.publish(item.publish, item.token, &mut out, now) {
+                Ok(Sent::AtMostOnce(token)) => qos0.push(token),
+                Ok(Sent::Tracked(_)) => {}
+                Err(e) if !e.kind.is_permanent() => {
+                    queue.push_front(Item {
+                        publish: e.publish,
+                        token: e.token,
+                    });
+                    break;
+                }
+                Err(e) => {
+                    let reason = format!("cannot be sent to this broker: {}", e.kind);
+                    rejected.push((e.token, reason));
+                }
+            }
+        }
+        let n = session.in_flight();
+        if n > link.peak_in_flight.get() {
+            link.peak_in_flight.set(n);
+        }
+    }
+    for (token, reason) in rejected {
+        ctx.reject(link, token, reason, None);
+    }
+}
+
+enum Work {
+    Write,
+    Disconnect,
+}
+
+async fn write_loop<W: AsyncWriteRent>(
+    ctx: &Ctx,
+    link: &Link,
+    mut w: W,
+    limit: Duration,
+) -> Result<Closed, String> {
+    let mut chunks: Vec<Bytes> = Vec::with_capacity(256);
+    loop {
+        let work = loop {
+            let wait = poll_fn(|cx| {
+                if link.stop.get() {
+                    return Poll::Ready(Err("stopped".to_owned()));
+                }
+                fill(ctx, link, Instant::now());
+                if !link.out.borrow().is_empty() {
+                    return Poll::Ready(Ok(Work::Write));
+                }
+                if link.closing.get() && link.idle() {
+                    return Poll::Ready(Ok(Work::Disconnect));
+                }
+                link.writer.set(Some(cx.waker().clone()));
+                Poll::Pending
+            });
+            let due = link.session.borrow().poll_timeout();
+            let Some(t) = due else {
+                break wait.await?;
+            };
+            let sleep = monoio::time::sleep(t.saturating_duration_since(Instant::now()));
+            let woke = monoio::select! {
+                r = wait => Some(r),
+                () = sleep => None,
+            };
+            match woke {
+                Some(r) => break r?,
+                None => {
+                    let mut out = link.out.borrow_mut();
+                    link.session
+                        .borrow_mut()
+                        .handle_timeout(&mut out, Instant::now())
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+        };
+        if let Work::Disconnect = work {
+            let mut out = link.out.borrow_mut();
+            let _ = link.session.borrow_mut().disconnect(
+                Disconnect::default(),
+                &mut out,
+                Instant::now(),
+            );
+        }
+        let written = std::mem::take(&mut *link.qos0.borrow_mut());
+        if let Err(e) = write_out(&mut w, link, &mut chunks, limit).await {
+            // Not written: polled again after the reconnect (see `lost`).
+            link.qos0.borrow_mut().extend(written);
+            return Err(e.to_string());
+        }
+        let mut run = Run::default();
+        for t in written {
+            run.push(&ctx.acks, t.slot, t.offset);
+        }
+        run.flush(&ctx.acks);
+        if let Work::Disconnect = work {
+            info!(sink = %ctx.sink, conn = link.index, "sent DISCONNECT to the MQTT broker");
+            return Ok(Closed::Drained);
+        }
+    }
+}

@@ -1,0 +1,1956 @@
+//! End to end: Iggy (the harness's STAND-IN server, or a real one with `SPILLWAY_TEST_IGGY`) ->
+//! `spillway run` -> the MQTT sink -> a REAL mosquitto 2.0.11 started by the harness, observed
+//! by the harness's independent subscriber (built on `mqttbytes`) and, where counting matters,
+//! through the harness's MQTT count proxy between the engine and the broker.
+//!
+//! Facts about mosquitto 2.0.11 these tests rely on (checked with mosquitto_pub/sub and in
+//! `spillway-tests`' own tests):
+//! - a wrong password is refused with CONNACK 5 "not authorized" (3.1.1) and 0x87 "Not
+//!   authorized" (5), not with 4 / 0x86 "bad user name or password";
+//! - an ACL-denied MQTT 5 PUBLISH is answered with PUBACK 0x87 (QoS 1) or PUBREC 0x87 (QoS 2);
+//!   over 3.1.1 it is acknowledged as if delivered, so broker rejections are MQTT 5 only;
+//! - live deliveries carry RETAIN 0 (no retain-as-published on the harness subscriber); a
+//!   retained message shows RETAIN 1 only to a subscription made after it was stored;
+//! - MQTT 5 Receive Maximum is mosquitto's `max_inflight_messages` (default 20); a 3.1.1
+//!   client that has more QoS 2 messages in flight than that loses the excess silently (PUBREC
+//!   and PUBCOMP still come);
+//! - with persistence, sessions and queued messages survive a graceful stop (SIGTERM writes
+//!   the database), not a SIGKILL.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use common::{
+    Engine, Topic, engine_sections, mqtt_sink, send_all, stop_clean, stored, tail, topic,
+    wait_exit_code, wait_stored,
+};
+use spillway_tests::{
+    IggyAdmin, IggyServer, Mosquitto, MosquittoOpts, MqttCountProxy, MqttVersion,
+    PolledTestMessage, Received, Subscriber, SubscriberOpts, TestConsumer, TestMessage,
+};
+
+const LONG: Duration = Duration::from_secs(60);
+const SHORT: Duration = Duration::from_secs(10);
+
+fn iggy() -> IggyServer {
+    IggyServer::from_env_or_stand_in().unwrap()
+}
+
+fn protocol(v: MqttVersion) -> &'static str {
+    match v {
+        MqttVersion::V4 => "3.1.1",
+        MqttVersion::V5 => "5",
+    }
+}
+
+/// Every message the broker delivered so far, waiting `settle` first so late ones are in.
+fn settled(sub: &Subscriber, settle: Duration) -> Vec<Received> {
+    std::thread::sleep(settle);
+    sub.messages()
+}
+
+/// What Iggy holds for partition `p` of `t` (offsets, timestamps), read by an independent
+/// poll.
+fn polled(admin: &mut IggyAdmin, t: &Topic, p: u32, count: u32) -> Vec<PolledTestMessage> {
+    admin
+        .poll(
+            &TestConsumer::Named("probe".into()),
+            &t.stream,
+            &t.topic,
+            p,
+            0,
+            count,
+        )
+        .unwrap()
+}
+
+fn text(r: &Received) -> String {
+    String::from_utf8_lossy(&r.payload).into_owned()
+}
+
+fn json(r: &Received) -> serde_json::Value {
+    serde_json::from_slice(&r.payload)
+        .unwrap_or_else(|e| panic!("payload on {} is not JSON ({e}): {}", r.topic, text(r)))
+}
+
+/// Whether a log line names offset `offset` (`offset=7`, `offset 7`, `offset: 7`).
+fn mentions_offset(line: &str, offset: u64) -> bool {
+    ["offset=", "offset ", "offset: "].iter().any(|p| {
+        line.match_indices(p).any(|(i, m)| {
+            let rest = &line[i + m.len()..];
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits == offset.to_string()
+        })
+    })
+}
+
+// ================================================================ 1. the matrix
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Routing {
+    Static,
+    Template,
+    Dynamic,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Combo {
+    version: MqttVersion,
+    qos: u8,
+    routing: Routing,
+    retain: bool,
+}
+
+impl Combo {
+    fn name(&self) -> String {
+        format!(
+            "{}-q{}-{}{}",
+            match self.version {
+                MqttVersion::V4 => "v311",
+                MqttVersion::V5 => "v5",
+            },
+            self.qos,
+            match self.routing {
+                Routing::Static => "static",
+                Routing::Template => "tpl",
+                Routing::Dynamic => "dyn",
+            },
+            if self.retain { "-r" } else { "" }
+        )
+    }
+}
+
+const MATRIX_PER_PARTITION: u64 = 10;
+
+/// The header `kind` of message `n`.
+fn kind_of(n: u64) -> &'static str {
+    ["alpha", "beta", "gamma"][(n % 3) as usize]
+}
+
+/// The topic message `n` of partition `p` must reach in combination `c`.
+fn matrix_topic(c: &Combo, t: &Topic, p: u32, n: u64) -> String {
+    let root = format!("mx/{}", c.name());
+    match c.routing {
+        Routing::Static => format!("{root}/static"),
+        Routing::Template => format!(
+            "{root}/{}/{}/{p}/{}/d{}/s{}",
+            t.stream,
+            t.topic,
+            kind_of(n),
+            n % 2,
+            n % 4
+        ),
+        Routing::Dynamic if n == 4 => format!("{root}/fallback"),
+        Routing::Dynamic => format!("{root}/dyn/k{}", n % 3),
+    }
+}
+
+fn matrix_payload(p: u32, n: u64) -> String {
+    format!(
+        "{{\"dev\":\"d{}\",\"meta\":{{\"site\":\"s{}\"}},\"p\":{p},\"n\":{n}}}",
+        n % 2,
+        n % 4
+    )
+}
+
+fn run_combo(broker: &Mosquitto, iggy: &IggyServer, c: Combo) {
+    let name = c.name();
+    let t = topic(iggy, &format!("mx-{name}"), 2);
+    let mut admin = iggy.admin().unwrap();
+    for p in 0..2u32 {
+        let batch: Vec<TestMessage> = (0..MATRIX_PER_PARTITION)
+            .map(|n| {
+                let mut m = TestMessage::new(
+                    u128::from(p) * 1000 + u128::from(n) + 1,
+                    matrix_payload(p, n).into_bytes(),
+                )
+                .with_header("kind", kind_of(n));
+                if c.routing == Routing::Dynamic && n != 4 {
+                    m = m.with_header("mqtt_topic", &format!("mx/{name}/dyn/k{}", n % 3));
+                }
+                m
+            })
+            .collect();
+        send_all(&mut admin, &t, p, &batch);
+    }
+    let filter = format!("mx/{name}/#");
+    let sub = Subscriber::connect(
+        broker.addr(),
+        SubscriberOpts::new(c.version, filter.clone()).qos(2),
+    )
+    .unwrap();
+
+    let routing = match c.routing {
+        Routing::Static => format!("topic = \"mx/{name}/static\""),
+        Routing::Template => format!(
+            "topic = \"mx/{name}/{{stream}}/{{topic}}/{{partition}}/{{header.kind}}/{{json./dev}}/{{json.meta.site}}\""
+        ),
+        Routing::Dynamic => {
+            format!("topic_header = \"mqtt_topic\"\ntopic = \"mx/{name}/fallback\"")
+        }
+    };
+    let sink = format!("mx-{name}");
+    let config = engine_sections(iggy)
+        + &mqtt_sink(
+            &sink,
+            &t,
+            "partitions = [0, 1]",
+            "",
+            &broker.host_port(),
+            &format!(
+                "protocol = \"{}\"\nqos = {}\nretain = {}\n{routing}",
+                protocol(c.version),
+                c.qos,
+                c.retain
+            ),
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), &sink, &config);
+    let last = MATRIX_PER_PARTITION - 1;
+    wait_stored(&mut engine, &mut admin, &t, &sink, last, LONG);
+    let total = (2 * MATRIX_PER_PARTITION) as usize;
+    sub.wait_for(total, SHORT)
+        .unwrap_or_else(|e| panic!("{name}: {e}\n{}", engine.log()));
+    stop_clean(&mut engine, SHORT * 3);
+
+    let got = settled(&sub, Duration::from_millis(300));
+    assert_eq!(
+        got.len(),
+        total,
+        "{name}: every message exactly once: {got:?}"
+    );
+    let mut order: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for r in &got {
+        let v = json(r);
+        let (p, n) = (v["p"].as_u64().unwrap() as u32, v["n"].as_u64().unwrap());
+        assert_eq!(
+            text(r),
+            matrix_payload(p, n),
+            "{name}: the payload is unchanged"
+        );
+        assert_eq!(
+            r.topic,
+            matrix_topic(&c, &t, p, n),
+            "{name}: topic of p{p} n{n}"
+        );
+        assert_eq!(r.qos, c.qos, "{name}: QoS of p{p} n{n}");
+        assert!(!r.retain, "{name}: live deliveries carry RETAIN 0");
+        assert!(!r.dup, "{name}: no re-sends without a reconnect");
+        if c.version == MqttVersion::V5 {
+            assert_eq!(
+                r.user_property("kind"),
+                Some(kind_of(n)),
+                "{name}: Iggy headers travel as user properties"
+            );
+        }
+        order.entry(p).or_default().push(n);
+    }
+    for (p, ns) in &order {
+        assert_eq!(
+            ns,
+            &(0..MATRIX_PER_PARTITION).collect::<Vec<u64>>(),
+            "{name}: partition {p} in offset order"
+        );
+    }
+
+    // Retained messages: a later subscriber gets the last message of each topic, RETAIN 1.
+    let mut last_per_topic: BTreeMap<String, String> = BTreeMap::new();
+    for r in &got {
+        last_per_topic.insert(r.topic.clone(), text(r));
+    }
+    let late =
+        Subscriber::connect(broker.addr(), SubscriberOpts::new(c.version, filter).qos(2)).unwrap();
+    if c.retain {
+        late.wait_for(last_per_topic.len(), SHORT)
+            .unwrap_or_else(|e| panic!("{name}: retained messages: {e}"));
+    }
+    let retained = settled(&late, Duration::from_millis(300));
+    if c.retain {
+        let seen: BTreeMap<String, String> = retained
+            .iter()
+            .map(|r| (r.topic.clone(), text(r)))
+            .collect();
+        assert_eq!(retained.len(), last_per_topic.len(), "{name}: {retained:?}");
+        assert_eq!(
+            seen, last_per_topic,
+            "{name}: one retained message per topic, the last one"
+        );
+        for r in &retained {
+            assert!(r.retain, "{name}: a retained message carries RETAIN 1");
+            assert_eq!(r.qos, c.qos, "{name}: retained QoS");
+        }
+    } else {
+        assert!(
+            retained.is_empty(),
+            "{name}: retain = false stores nothing: {retained:?}"
+        );
+    }
+}
+
+/// Every protocol x QoS x routing (static, template, dynamic with a fallback), some with
+/// retain: the subscriber records exactly the expected topics, payloads, QoS and flags, in
+/// offset order per partition. One broker, one Iggy; one engine per combination, a few at a
+/// time.
+#[test]
+fn matrix_protocol_qos_routing_delivers_exact_topics_payloads_qos_and_retain() {
+    const WORKERS: usize = 3;
+    let broker = Mosquitto::start_default().unwrap();
+    let iggy = iggy();
+    let mut combos = Vec::new();
+    for version in [MqttVersion::V4, MqttVersion::V5] {
+        for qos in 0..=2u8 {
+            for (i, routing) in [Routing::Static, Routing::Template, Routing::Dynamic]
+                .into_iter()
+                .enumerate()
+            {
+                combos.push(Combo {
+                    version,
+                    qos,
+                    routing,
+                    retain: (usize::from(qos) + i) % 2 == 1,
+                });
+            }
+        }
+    }
+    assert_eq!(combos.len(), 18);
+    let queue = Mutex::new(combos);
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..WORKERS {
+            s.spawn(|| {
+                loop {
+                    let Some(c) = queue.lock().unwrap().pop() else {
+                        return;
+                    };
+                    if let Err(panic) =
+                        catch_unwind(AssertUnwindSafe(|| run_combo(&broker, &iggy, c)))
+                    {
+                        let msg = panic
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                            .unwrap_or_default();
+                        failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("{}: {}", c.name(), tail(&msg, 40)));
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of 18 combinations failed:\n{}",
+        failures.len(),
+        failures.join("\n----\n")
+    );
+}
+
+// ================================================================ 2. MQTT 5 properties
+
+const BIG_ID: u128 = 0x0123_4567_89ab_cdef_0011_2233_4455_6677;
+
+/// Three messages with the per-message property headers, four sinks reading them: MQTT 5 with
+/// the properties envelope and every per-message header; MQTT 5 with the JSON envelope and no
+/// headers as properties; MQTT 3.1.1 with the JSON envelope and base64 payloads; MQTT 5
+/// without envelope, routed by `{offset}` and `{id}`.
+#[test]
+fn mqtt5_properties_from_headers_and_both_envelopes_arrive_as_specified() {
+    let broker = Mosquitto::start_default().unwrap();
+    let iggy = iggy();
+    let t = topic(&iggy, "props", 1);
+    let mut admin = iggy.admin().unwrap();
+    let m0_payload = br#"{"meta":{"site":"north"},"v":1}"#.to_vec();
+    let m1_payload = "plain text \u{e9}".as_bytes().to_vec();
+    let m2_payload = vec![0xffu8, 0x00, 0x01];
+    let messages = vec![
+        TestMessage::new(BIG_ID, m0_payload.clone())
+            .with_header("ct", "application/json")
+            .with_header("pfi", "1")
+            .with_header("exp", "3600")
+            .with_header("rt", "reply/to/me")
+            .with_header("cd", "corr-0")
+            .with_header("mqtt_qos", "2")
+            .with_header("mqtt_retain", "true")
+            .with_header("user-k", "v0"),
+        TestMessage::new(2, m1_payload.clone())
+            .with_header("mqtt_qos", "0")
+            .with_header("user-k", "v1"),
+        TestMessage::new(3, m2_payload.clone())
+            .with_header("pfi", "0")
+            .with_header("user-k", "v2"),
+    ];
+    send_all(&mut admin, &t, 0, &messages);
+    let stored_msgs = polled(&mut admin, &t, 0, 10);
+    assert_eq!(stored_msgs.len(), 3);
+
+    let sub = Subscriber::connect(broker.addr(), SubscriberOpts::v5("props/#").qos(2)).unwrap();
+    let addr = broker.host_port();
+    let config = engine_sections(&iggy)
+        + &mqtt_sink(
+            "props-a",
+            &t,
+            "partitions = [0]",
+            "",
+            &addr,
+            r#"protocol = "5"
+qos = 1
+topic = "props/a"
+envelope = "properties"
+headers_as_properties = true
+qos_header = "mqtt_qos"
+retain_header = "mqtt_retain"
+content_type_header = "ct"
+payload_format_header = "pfi"
+message_expiry_header = "exp"
+response_topic_header = "rt"
+correlation_data_header = "cd""#,
+        )
+        + &mqtt_sink(
+            "props-b",
+            &t,
+            "partitions = [0]",
+            "",
+            &addr,
+            "protocol = \"5\"\nqos = 1\ntopic = \"props/b\"\nenvelope = \"json\"\nheaders_as_properties = false",
+        )
+        + &mqtt_sink(
+            "props-c",
+            &t,
+            "partitions = [0]",
+            "",
+            &addr,
+            "protocol = \"3.1.1\"\nqos = 2\ntopic = \"props/c\"\nenvelope = \"json\"\npayload = \"base64\"",
+        )
+        + &mqtt_sink(
+            "props-d",
+            &t,
+            "partitions = [0]",
+            "",
+            &addr,
+            "protocol = \"5\"\nqos = 1\ntopic = \"props/d/{offset}/{id}\"\nheaders_as_properties = true",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "props", &config);
+    for sink in ["props-a", "props-b", "props-c", "props-d"] {
+        wait_stored(&mut engine, &mut admin, &t, sink, 2, LONG);
+    }
+    sub.wait_for(12, SHORT)
+        .unwrap_or_else(|e| panic!("{e}\n{}", engine.log()));
+    stop_clean(&mut engine, SHORT * 3);
+    let got = settled(&sub, Duration::from_millis(300));
+    assert_eq!(got.len(), 12, "{got:?}");
+    let on = |prefix: &str| -> Vec<Received> {
+        got.iter()
+            .filter(|r| r.topic.starts_with(prefix))
+            .cloned()
+            .collect()
+    };
+
+    // A: the properties envelope and the per-message properties. Its messages have different
+    // QoS, and MQTT orders deliveries only within one QoS (mosquitto forwards a QoS 2 message
+    // on PUBREL): sort them by offset.
+    let mut a = on("props/a");
+    assert_eq!(a.len(), 3);
+    a.sort_by_key(|r| {
+        r.user_property("iggy-offset")
+            .and_then(|o| o.parse::<u64>().ok())
+            .unwrap_or(u64::MAX)
+    });
+    assert_eq!(
+        a.iter().map(|r| r.payload.to_vec()).collect::<Vec<_>>(),
+        vec![m0_payload.clone(), m1_payload.clone(), m2_payload.clone()],
+        "payloads unchanged, in order"
+    );
+    for (r, m) in a.iter().zip(&stored_msgs) {
+        let props = r.properties.as_ref().unwrap();
+        for (key, value) in [
+            ("iggy-stream", t.stream.clone()),
+            ("iggy-topic", t.topic.clone()),
+            ("iggy-partition", "0".to_owned()),
+            ("iggy-offset", m.offset.to_string()),
+            ("iggy-id", m.id.to_string()),
+            ("iggy-timestamp", m.timestamp.to_string()),
+            ("iggy-origin-timestamp", m.origin_timestamp.to_string()),
+        ] {
+            assert_eq!(
+                props.user_property(key),
+                Some(value.as_str()),
+                "{key} on offset {}: {props:?}",
+                m.offset
+            );
+        }
+        assert_eq!(
+            props.user_property("user-k"),
+            Some(format!("v{}", m.offset).as_str()),
+            "Iggy headers as user properties: {props:?}"
+        );
+    }
+    assert_eq!(
+        a[0].user_property("iggy-id"),
+        Some(BIG_ID.to_string().as_str()),
+        "a u128 id in decimal"
+    );
+    let p0 = a[0].properties.as_ref().unwrap();
+    assert_eq!(a[0].qos, 2, "QoS from the qos header");
+    assert_eq!(p0.content_type.as_deref(), Some("application/json"));
+    assert_eq!(p0.payload_format_indicator, Some(1));
+    let expiry = p0.message_expiry_interval.unwrap_or(0);
+    assert!(
+        (3590..=3600).contains(&expiry),
+        "message expiry from the header (the broker sends what remains): {expiry}"
+    );
+    assert_eq!(p0.response_topic.as_deref(), Some("reply/to/me"));
+    assert_eq!(p0.correlation_data.as_deref(), Some(&b"corr-0"[..]));
+    let p1 = a[1].properties.as_ref().unwrap();
+    assert_eq!(a[1].qos, 0, "QoS 0 from the qos header");
+    assert_eq!(
+        (
+            &p1.content_type,
+            p1.payload_format_indicator,
+            p1.message_expiry_interval,
+            &p1.response_topic,
+            &p1.correlation_data
+        ),
+        (&None, None, None, &None, &None),
+        "no property without its header"
+    );
+    assert_eq!(a[2].qos, 1, "the default QoS");
+    assert_eq!(
+        a[2].properties.as_ref().unwrap().payload_format_indicator,
+        Some(0)
+    );
+
+    // B: the JSON envelope over MQTT 5, no headers as properties.
+    let b = on("props/b");
+    assert_eq!(b.len(), 3);
+    for (r, m) in b.iter().zip(&stored_msgs) {
+        let v = json(r);
+        let meta = &v["metadata"];
+        assert_eq!(meta["stream"], t.stream.as_str(), "{v}");
+        assert_eq!(meta["topic"], t.topic.as_str(), "{v}");
+        assert_eq!(meta["partition"], 0, "{v}");
+        assert_eq!(meta["offset"], m.offset, "{v}");
+        assert_eq!(meta["id"], m.id.to_string().as_str(), "{v}");
+        assert_eq!(meta["timestamp"], m.timestamp, "{v}");
+        assert_eq!(meta["origin_timestamp"], m.origin_timestamp, "{v}");
+        assert_eq!(
+            v["headers"]["user-k"],
+            format!("v{}", m.offset).as_str(),
+            "{v}"
+        );
+        let props = r.properties.as_ref().unwrap();
+        assert!(
+            props.user_properties.is_empty(),
+            "headers_as_properties = false and no properties envelope: {props:?}"
+        );
+    }
+    let v0 = json(&b[0]);
+    assert_eq!(v0["payload"]["meta"]["site"], "north", "JSON is embedded");
+    assert_eq!(v0["headers"]["ct"], "application/json");
+    assert_eq!(v0["headers"]["mqtt_qos"], "2");
+    assert_eq!(json(&b[1])["payload"], "plain text \u{e9}", "UTF-8 as text");
+    assert_eq!(
+        json(&b[2])["payload_base64"],
+        "/wAB",
+        "other bytes as base64"
+    );
+    assert!(json(&b[2]).get("payload").is_none());
+
+    // C: the JSON envelope over 3.1.1 with payload = "base64".
+    let c = on("props/c");
+    assert_eq!(c.len(), 3);
+    for ((r, m), raw) in c
+        .iter()
+        .zip(&stored_msgs)
+        .zip([&m0_payload, &m1_payload, &m2_payload])
+    {
+        let v = json(r);
+        assert_eq!(v["metadata"]["offset"], m.offset, "{v}");
+        assert_eq!(
+            v["payload_base64"],
+            base64::engine::general_purpose::STANDARD
+                .encode(raw)
+                .as_str(),
+            "{v}"
+        );
+        assert_eq!(r.qos, 2);
+        assert!(
+            r.properties
+                .as_ref()
+                .is_some_and(|p| p.user_properties.is_empty()),
+            "a 3.1.1 publish has no properties: {r:?}"
+        );
+    }
+
+    // D: no envelope, headers as user properties only, routed by {offset}/{id}.
+    let d = on("props/d/");
+    assert_eq!(
+        d.iter().map(|r| r.topic.as_str()).collect::<Vec<_>>(),
+        vec![
+            format!("props/d/0/{BIG_ID}").as_str(),
+            "props/d/1/2",
+            "props/d/2/3"
+        ]
+    );
+    for (r, m) in d.iter().zip(&messages) {
+        assert_eq!(r.payload, m.payload, "unchanged payload");
+        let props = r.properties.as_ref().unwrap();
+        for (k, v) in &m.headers {
+            assert!(
+                props.user_properties.contains(&(k.clone(), v.clone())),
+                "header {k}={v} as a user property: {props:?}"
+            );
+        }
+        assert!(
+            !props
+                .user_properties
+                .iter()
+                .any(|(k, _)| k.starts_with("iggy-")),
+            "no metadata properties without the properties envelope: {props:?}"
+        );
+    }
+
+    // Retain from the header: only message 0 of sink A asked for it.
+    let late = Subscriber::connect(broker.addr(), SubscriberOpts::v5("props/#").qos(2)).unwrap();
+    late.wait_for(1, SHORT).unwrap();
+    let retained = settled(&late, Duration::from_millis(300));
+    assert_eq!(retained.len(), 1, "{retained:?}");
+    assert_eq!(retained[0].topic, "props/a");
+    assert_eq!(retained[0].payload.as_ref(), &m0_payload[..]);
+    assert!(retained[0].retain);
+    assert_eq!(
+        retained[0]
+            .properties
+            .as_ref()
+            .and_then(|p| p.content_type.as_deref()),
+        Some("application/json"),
+        "the retained message keeps its properties"
+    );
+}
+
+// ================================================================ 3. authentication and TLS
+
+fn small_batch(admin: &mut IggyAdmin, t: &Topic, tag: &str, count: u64) {
+    let batch: Vec<TestMessage> = (0..count)
+        .map(|n| TestMessage::new(u128::from(n) + 1, format!("{tag}-{n}").into_bytes()))
+        .collect();
+    send_all(admin, t, 0, &batch);
+}
+
+fn assert_payloads(got: &[Received], topic: &str, tag: &str, count: u64) {
+    let on_topic: Vec<String> = got.iter().filter(|r| r.topic == topic).map(text).collect();
+    assert_eq!(
+        on_topic,
+        (0..count).map(|n| format!("{tag}-{n}")).collect::<Vec<_>>(),
+        "everything on {topic}, once, in order"
+    );
+}
+
+#[test]
+fn a_right_password_delivers_on_both_protocols_and_a_wrong_one_stops_the_engine() {
+    const PASSWORD: &str = "s3cret-Pw";
+    let broker = Mosquitto::start(MosquittoOpts::new().user("spw", PASSWORD)).unwrap();
+    let iggy = iggy();
+    let t = topic(&iggy, "auth", 1);
+    let mut admin = iggy.admin().unwrap();
+    small_batch(&mut admin, &t, "auth", 5);
+    let sub = Subscriber::connect(
+        broker.addr(),
+        SubscriberOpts::v5("auth/#")
+            .qos(1)
+            .credentials("spw", PASSWORD),
+    )
+    .unwrap();
+    let addr = broker.host_port();
+    let dir = tempfile::tempdir().unwrap();
+
+    // The 3.1.1 sink has its password in the file, the MQTT 5 one from the environment.
+    let good = engine_sections(&iggy)
+        + &mqtt_sink(
+            "auth-v4",
+            &t,
+            "partitions = [0]",
+            "",
+            &addr,
+            &format!(
+                "protocol = \"3.1.1\"\ntopic = \"auth/v4\"\nusername = \"spw\"\npassword = \"{PASSWORD}\""
+            ),
+        )
+        + &mqtt_sink(
+            "auth.v5",
+            &t,
+            "partitions = [0]",
+            "",
+            &addr,
+            "protocol = \"5\"\ntopic = \"auth/v5\"\nusername = \"spw\"",
+        );
+    let mut engine = Engine::start_with_env(
+        dir.path(),
+        "good",
+        &good,
+        &[("SPILLWAY_MQTT_PASSWORD_AUTH_V5", PASSWORD)],
+    );
+    wait_stored(&mut engine, &mut admin, &t, "auth-v4", 4, LONG);
+    wait_stored(&mut engine, &mut admin, &t, "auth.v5", 4, LONG);
+    sub.wait_for(10, SHORT).unwrap();
+    stop_clean(&mut engine, SHORT * 3);
+    let got = settled(&sub, Duration::from_millis(200));
+    assert_payloads(&got, "auth/v4", "auth", 5);
+    assert_payloads(&got, "auth/v5", "auth", 5);
+    assert!(
+        !engine.log().contains(PASSWORD),
+        "the password must not be logged"
+    );
+
+    // A wrong password: mosquitto answers "not authorized" (3.1.1: 5, MQTT 5: 0x87); the
+    // engine stops by itself with exit status 1, names the reason and stores nothing.
+    let mut bad = Vec::new();
+    for (name, proto) in [("bad-v4", "3.1.1"), ("bad-v5", "5")] {
+        let cfg = engine_sections(&iggy)
+            + &mqtt_sink(
+                name,
+                &t,
+                "partitions = [0]",
+                "",
+                &addr,
+                &format!(
+                    "protocol = \"{proto}\"\ntopic = \"auth/{name}\"\nusername = \"spw\"\npassword = \"Wr0ng-pass\""
+                ),
+            );
+        bad.push((name, Engine::start(dir.path(), name, &cfg)));
+    }
+    for (name, engine) in &mut bad {
+        let code = wait_exit_code(engine, LONG);
+        let log = engine.log();
+        assert_eq!(code, Some(1), "{name}\n{log}");
+        let lower = log.to_lowercase();
+        assert!(
+            lower.contains("not authori"),
+            "{name}: the log names the CONNACK reason\n{log}"
+        );
+        if *name == "bad-v5" {
+            assert!(
+                lower.contains("0x87") || lower.contains("135"),
+                "{name}: the log names the MQTT 5 reason code\n{log}"
+            );
+        }
+        assert!(
+            !log.contains("Wr0ng-pass"),
+            "{name}: the password must not be logged"
+        );
+        assert_eq!(stored(&mut admin, &t, name, 0), None, "{name}");
+    }
+    assert!(
+        settled(&sub, Duration::ZERO)
+            .iter()
+            .all(|r| !r.topic.starts_with("auth/bad")),
+        "nothing delivered with a wrong password"
+    );
+}
+
+#[test]
+fn tls_with_the_broker_ca_delivers() {
+    let broker = Mosquitto::start(MosquittoOpts::new().tls()).unwrap();
+    let iggy = iggy();
+    let t = topic(&iggy, "tls", 1);
+    let mut admin = iggy.admin().unwrap();
+    small_batch(&mut admin, &t, "tls", 20);
+    let sub = Subscriber::connect(
+        broker.addr(),
+        SubscriberOpts::v5("tls/#")
+            .qos(2)
+            .tls(broker.client_tls().unwrap()),
+    )
+    .unwrap();
+    let cfg = engine_sections(&iggy)
+        + &mqtt_sink(
+            "tls-ca",
+            &t,
+            "partitions = [0]",
+            "",
+            &broker.host_port(),
+            &format!(
+                "protocol = \"5\"\nqos = 2\ntopic = \"tls/ca\"\ntls = true\ntls_ca = \"{}\"\ntls_server_name = \"localhost\"",
+                broker.ca_path().unwrap().display()
+            ),
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "tls-ca", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "tls-ca", 19, LONG);
+    sub.wait_for(20, SHORT).unwrap();
+    stop_clean(&mut engine, SHORT * 3);
+    assert_payloads(
+        &settled(&sub, Duration::from_millis(200)),
+        "tls/ca",
+        "tls",
+        20,
+    );
+}
+
+#[test]
+fn mutual_tls_with_a_client_certificate_delivers_and_without_one_stops_the_engine() {
+    let broker = Mosquitto::start(MosquittoOpts::new().mutual_tls()).unwrap();
+    let iggy = iggy();
+    let t = topic(&iggy, "mtls", 1);
+    let mut admin = iggy.admin().unwrap();
+    small_batch(&mut admin, &t, "mtls", 20);
+    let sub_cert = broker.issue_client_cert("subscriber").unwrap();
+    let sub = Subscriber::connect(
+        broker.addr(),
+        SubscriberOpts::v4("mtls/#")
+            .qos(1)
+            .tls(broker.client_tls().unwrap().with_client_cert(sub_cert)),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = broker
+        .issue_client_cert("spillway")
+        .unwrap()
+        .write_to(dir.path(), "engine-client")
+        .unwrap();
+    let ca = broker.ca_path().unwrap().display().to_string();
+    let with_cert = engine_sections(&iggy)
+        + &mqtt_sink(
+            "mtls-cert",
+            &t,
+            "partitions = [0]",
+            "",
+            &broker.host_port(),
+            &format!(
+                "protocol = \"3.1.1\"\nqos = 1\ntopic = \"mtls/cert\"\ntls = true\ntls_ca = \"{ca}\"\ntls_server_name = \"localhost\"\ntls_cert = \"{}\"\ntls_key = \"{}\"",
+                cert.display(),
+                key.display()
+            ),
+        );
+    let mut engine = Engine::start(dir.path(), "mtls-cert", &with_cert);
+    wait_stored(&mut engine, &mut admin, &t, "mtls-cert", 19, LONG);
+    sub.wait_for(20, SHORT).unwrap();
+    stop_clean(&mut engine, SHORT * 3);
+    assert_payloads(
+        &settled(&sub, Duration::from_millis(200)),
+        "mtls/cert",
+        "mtls",
+        20,
+    );
+
+    // Without a client certificate the broker refuses the handshake (TLS 1.3: the alert comes
+    // after the client's Finished, on the first read): the engine stops with a clear error.
+    let no_cert = engine_sections(&iggy)
+        + &mqtt_sink(
+            "mtls-none",
+            &t,
+            "partitions = [0]",
+            "",
+            &broker.host_port(),
+            &format!(
+                "protocol = \"5\"\nqos = 1\ntopic = \"mtls/none\"\ntls = true\ntls_ca = \"{ca}\"\ntls_server_name = \"localhost\""
+            ),
+        );
+    let mut engine = Engine::start(dir.path(), "mtls-none", &no_cert);
+    let code = wait_exit_code(&mut engine, Duration::from_secs(30));
+    let log = engine.log();
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        log.to_lowercase().contains("certificate"),
+        "the log names the missing client certificate\n{log}"
+    );
+    assert_eq!(stored(&mut admin, &t, "mtls-none", 0), None);
+}
+
+// ================================================================ 4. rejections
+
+const ACL: &str = "topic readwrite ok/#\ntopic readwrite dlq/#\ntopic read denied/#\n";
+const ACL_MESSAGES: u64 = 12;
+
+/// Message n of the ACL tests goes to `ok/<n>`, except 3 (QoS 1) and 7 (QoS 2 from the header)
+/// which go to a topic the ACL does not let the engine write.
+fn acl_messages() -> Vec<TestMessage> {
+    (0..ACL_MESSAGES)
+        .map(|n| {
+            let m = TestMessage::new(u128::from(n) + 1, format!("acl-{n}").into_bytes());
+            match n {
+                3 => m.with_header("mqtt_topic", "denied/three"),
+                7 => m
+                    .with_header("mqtt_topic", "denied/seven")
+                    .with_header("mqtt_qos", "2"),
+                _ => m.with_header("mqtt_topic", &format!("ok/{n}")),
+            }
+        })
+        .collect()
+}
+
+/// `dead_letter_topic` is only allowed with `on_error = "dead_letter"`.
+fn dead_letter_line(policy: &str, topic: &str) -> String {
+    if policy == "dead_letter" {
+        format!("dead_letter_topic = \"{topic}\"")
+    } else {
+        String::new()
+    }
+}
+
+struct AclRun {
+    _broker: Mosquitto,
+    _iggy: IggyServer,
+    _dir: tempfile::TempDir,
+    admin: IggyAdmin,
+    t: Topic,
+    sub: Subscriber,
+    engine: Engine,
+    sink: String,
+}
+
+fn acl_run(policy: &str) -> AclRun {
+    let broker = Mosquitto::start(MosquittoOpts::new().acl(ACL)).unwrap();
+    let iggy = iggy();
+    let t = topic(&iggy, &format!("acl-{policy}"), 1);
+    let mut admin = iggy.admin().unwrap();
+    send_all(&mut admin, &t, 0, &acl_messages());
+    let sub = Subscriber::connect(
+        broker.addr(),
+        SubscriberOpts::v5("ok/#").filter("dlq/#").qos(2),
+    )
+    .unwrap();
+    let sink = format!("acl-{}", policy.replace('_', "-"));
+    let cfg = engine_sections(&iggy)
+        + &mqtt_sink(
+            &sink,
+            &t,
+            "partitions = [0]",
+            &format!("on_error = \"{policy}\""),
+            &broker.host_port(),
+            &format!(
+                "protocol = \"5\"\nqos = 1\ntopic_header = \"mqtt_topic\"\nqos_header = \"mqtt_qos\"\n{}",
+                dead_letter_line(policy, "dlq/acl")
+            ),
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::start(dir.path(), &sink, &cfg);
+    AclRun {
+        _broker: broker,
+        _iggy: iggy,
+        _dir: dir,
+        admin,
+        t,
+        sub,
+        engine,
+        sink,
+    }
+}
+
+#[test]
+fn acl_rejection_with_on_error_fail_stops_at_the_offset_and_commits_nothing_past_it() {
+    let mut run = acl_run("fail");
+    let code = wait_exit_code(&mut run.engine, LONG);
+    let log = run.engine.log();
+    assert_eq!(code, Some(1), "{log}");
+    let line = log
+        .lines()
+        .find(|l| mentions_offset(&l.to_lowercase(), 3) && l.contains("reject"))
+        .unwrap_or_else(|| panic!("the log names offset 3 and the rejection\n{log}"));
+    let lower = line.to_lowercase();
+    assert!(
+        lower.contains("0x87") || lower.contains("not authori"),
+        "the log names the broker's reason: {line}"
+    );
+    assert_eq!(
+        stored(&mut run.admin, &run.t, &run.sink, 0),
+        Some(2),
+        "everything before offset 3 is committed, nothing at or past it\n{log}"
+    );
+    let got = settled(&run.sub, Duration::from_millis(200));
+    let payloads: Vec<String> = got.iter().map(text).collect();
+    for n in 0..3 {
+        assert!(
+            payloads.contains(&format!("acl-{n}")),
+            "acl-{n} delivered: {payloads:?}"
+        );
+    }
+    assert!(
+        !got.iter().any(|r| r.topic.starts_with("dlq/")),
+        "fail does not dead-letter: {got:?}"
+    );
+}
+
+#[test]
+fn acl_rejection_with_on_error_skip_logs_the_offsets_and_confirms_them() {
+    let mut run = acl_run("skip");
+    wait_stored(
+        &mut run.engine,
+        &mut run.admin,
+        &run.t,
+        &run.sink,
+        ACL_MESSAGES - 1,
+        LONG,
+    );
+    run.sub.wait_for(10, SHORT).unwrap();
+    stop_clean(&mut run.engine, SHORT * 3);
+    let got = settled(&run.sub, Duration::from_millis(200));
+    assert_eq!(
+        got.iter().map(|r| r.topic.clone()).collect::<Vec<_>>(),
+        (0..ACL_MESSAGES)
+            .filter(|n| *n != 3 && *n != 7)
+            .map(|n| format!("ok/{n}"))
+            .collect::<Vec<_>>(),
+        "the allowed ones, once, in order; nothing dead-lettered"
+    );
+    let log = run.engine.log();
+    for n in [3, 7] {
+        let line = log
+            .lines()
+            .find(|l| l.to_lowercase().contains("skip") && mentions_offset(&l.to_lowercase(), n))
+            .unwrap_or_else(|| panic!("a skip line naming offset {n}\n{log}"));
+        assert!(
+            line.contains("0x87") || line.to_lowercase().contains("not authori"),
+            "the skip names the broker's reason: {line}"
+        );
+    }
+}
+
+#[test]
+fn acl_rejection_with_on_error_dead_letter_publishes_the_message_with_the_reason() {
+    let mut run = acl_run("dead_letter");
+    wait_stored(
+        &mut run.engine,
+        &mut run.admin,
+        &run.t,
+        &run.sink,
+        ACL_MESSAGES - 1,
+        LONG,
+    );
+    run.sub.wait_for(12, SHORT).unwrap();
+    stop_clean(&mut run.engine, SHORT * 3);
+    let got = settled(&run.sub, Duration::from_millis(200));
+    let ok: Vec<String> = got
+        .iter()
+        .filter(|r| r.topic.starts_with("ok/"))
+        .map(text)
+        .collect();
+    assert_eq!(
+        ok,
+        (0..ACL_MESSAGES)
+            .filter(|n| *n != 3 && *n != 7)
+            .map(|n| format!("acl-{n}"))
+            .collect::<Vec<_>>()
+    );
+    let mut dead: Vec<&Received> = got.iter().filter(|r| r.topic == "dlq/acl").collect();
+    assert_eq!(dead.len(), 2, "{got:?}");
+    // 3 was QoS 1 and 7 QoS 2: their rejections may come in either order.
+    dead.sort_by_key(|r| text(r));
+    let polled = polled(&mut run.admin, &run.t, 0, 20);
+    for (r, n) in dead.iter().zip([3u64, 7]) {
+        assert_eq!(text(r), format!("acl-{n}"), "the payload unchanged");
+        let props = r.properties.as_ref().unwrap();
+        assert_eq!(
+            props.user_property("spillway-reason-code"),
+            Some("0x87"),
+            "{props:?}"
+        );
+        assert!(
+            props
+                .user_property("spillway-error")
+                .is_some_and(|e| !e.is_empty()),
+            "{props:?}"
+        );
+        let m = &polled[n as usize];
+        for (key, value) in [
+            ("iggy-stream", run.t.stream.clone()),
+            ("iggy-topic", run.t.topic.clone()),
+            ("iggy-partition", "0".to_owned()),
+            ("iggy-offset", n.to_string()),
+            ("iggy-id", (n + 1).to_string()),
+            ("iggy-timestamp", m.timestamp.to_string()),
+            ("iggy-origin-timestamp", m.origin_timestamp.to_string()),
+        ] {
+            assert_eq!(
+                props.user_property(key),
+                Some(value.as_str()),
+                "{key}: {props:?}"
+            );
+        }
+    }
+}
+
+/// Render failures. Sink A routes by the `mqtt_topic` header, else by the template `{json.t}`;
+/// sink B by the template `okb/{header.dev}`. Message n: what A and B make of it.
+fn render_messages() -> Vec<TestMessage> {
+    let with_t = |n: u64, t: &str| {
+        TestMessage::new(
+            u128::from(n) + 1,
+            format!("{{\"t\":\"{t}\",\"n\":{n}}}").into_bytes(),
+        )
+    };
+    vec![
+        // 0: A ok/a/0, B okb/d0
+        with_t(0, "unused")
+            .with_header("mqtt_topic", "ok/a/0")
+            .with_header("dev", "d0"),
+        // 1: A empty topic, B okb/d1
+        with_t(1, "").with_header("dev", "d1"),
+        // 2: A has '+', B okb/d2
+        with_t(2, "unused")
+            .with_header("mqtt_topic", "ok/+/x")
+            .with_header("dev", "d2"),
+        // 3: A has '#', B header missing
+        with_t(3, "unused").with_header("mqtt_topic", "ok/#"),
+        // 4: A has NUL, B okb/d4 (MQTT 5: its NUL header cannot be a user property)
+        with_t(4, "unused")
+            .with_header("mqtt_topic", "ok/a\u{0}b")
+            .with_header("dev", "d4"),
+        // 5: A too long (70,000 bytes > 65,535), B okb/d5
+        with_t(5, &"x".repeat(70_000)).with_header("dev", "d5"),
+        // 6: A ok/a/6, B header missing
+        with_t(6, "ok/a/6"),
+        // 7: A ok/a/7, B renders "okb/d+"
+        with_t(7, "unused")
+            .with_header("mqtt_topic", "ok/a/7")
+            .with_header("dev", "d+"),
+        // 8: A ok/a/8, B okb/d8
+        with_t(8, "ok/a/8").with_header("dev", "d8"),
+    ]
+}
+
+const RENDER_A_REJECTS: [u64; 5] = [1, 2, 3, 4, 5];
+const RENDER_B_REJECTS: [u64; 3] = [3, 6, 7];
+/// Over MQTT 5, B sends the Iggy headers as user properties, and message 4's `mqtt_topic`
+/// header holds a U+0000, which an MQTT string may not: B cannot send it either.
+const RENDER_B_REJECTS_V5: [u64; 4] = [3, 4, 6, 7];
+
+fn render_config(iggy: &IggyServer, t: &Topic, addr: &str, proto: &str, policy: &str) -> String {
+    engine_sections(iggy)
+        + &mqtt_sink(
+            "render-a",
+            t,
+            "partitions = [0]",
+            &format!("on_error = \"{policy}\""),
+            addr,
+            &format!(
+                "protocol = \"{proto}\"\nqos = 1\ntopic_header = \"mqtt_topic\"\ntopic = \"{{json.t}}\"\n{}",
+                dead_letter_line(policy, "dlq/a")
+            ),
+        )
+        + &mqtt_sink(
+            "render-b",
+            t,
+            "partitions = [0]",
+            &format!("on_error = \"{policy}\""),
+            addr,
+            &format!(
+                "protocol = \"{proto}\"\nqos = 1\ntopic = \"okb/{{header.dev}}\"\n{}",
+                dead_letter_line(policy, "dlq/b")
+            ),
+        )
+}
+
+fn offsets_of_json(got: &[Received], topic: &str) -> Vec<u64> {
+    got.iter()
+        .filter(|r| r.topic == topic)
+        .map(|r| json(r)["n"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn unroutable_messages_are_skipped_with_their_offsets_logged() {
+    let broker = Mosquitto::start_default().unwrap();
+    let iggy = iggy();
+    let t = topic(&iggy, "render-skip", 1);
+    let mut admin = iggy.admin().unwrap();
+    send_all(&mut admin, &t, 0, &render_messages());
+    let sub = Subscriber::connect(
+        broker.addr(),
+        SubscriberOpts::v5("ok/#")
+            .filter("okb/#")
+            .filter("dlq/#")
+            .qos(1),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = render_config(&iggy, &t, &broker.host_port(), "5", "skip");
+    let mut engine = Engine::start(dir.path(), "render-skip", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "render-a", 8, LONG);
+    wait_stored(&mut engine, &mut admin, &t, "render-b", 8, LONG);
+    sub.wait_for(9, SHORT).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {:?}\n{}",
+            sub.messages()
+                .iter()
+                .map(|r| r.topic.as_str())
+                .collect::<Vec<_>>(),
+            engine.log()
+        )
+    });
+    stop_clean(&mut engine, SHORT * 3);
+    let got = settled(&sub, Duration::from_millis(200));
+    let a: Vec<(String, u64)> = got
+        .iter()
+        .filter(|r| r.topic.starts_with("ok/"))
+        .map(|r| (r.topic.clone(), json(r)["n"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        a,
+        vec![
+            ("ok/a/0".to_owned(), 0),
+            ("ok/a/6".to_owned(), 6),
+            ("ok/a/7".to_owned(), 7),
+            ("ok/a/8".to_owned(), 8)
+        ]
+    );
+    let b: Vec<(String, u64)> = got
+        .iter()
+        .filter(|r| r.topic.starts_with("okb/"))
+        .map(|r| (r.topic.clone(), json(r)["n"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        b,
+        [0u64, 1, 2, 5, 8]
+            .iter()
+            .map(|n| (format!("okb/d{n}"), *n))
+            .collect::<Vec<_>>()
+    );
+    assert!(!got.iter().any(|r| r.topic.starts_with("dlq/")));
+    let log = engine.log();
+    for (sink, rejects) in [
+        ("render-a", &RENDER_A_REJECTS[..]),
+        ("render-b", &RENDER_B_REJECTS_V5[..]),
+    ] {
+        let skipped: BTreeSet<u64> = log
+            .lines()
+            .filter(|l| l.to_lowercase().contains("skipping") && l.contains(sink))
+            .filter_map(|l| (0..9).find(|n| mentions_offset(&l.to_lowercase(), *n)))
+            .collect();
+        assert_eq!(
+            skipped,
+            rejects.iter().copied().collect::<BTreeSet<u64>>(),
+            "{sink}: one skip line per unroutable offset\n{}",
+            tail(&log, 60)
+        );
+    }
+}
+
+#[test]
+fn unroutable_messages_go_to_the_dead_letter_topic_as_json_on_mqtt_3_1_1() {
+    let broker = Mosquitto::start_default().unwrap();
+    let iggy = iggy();
+    let t = topic(&iggy, "render-dlq", 1);
+    let mut admin = iggy.admin().unwrap();
+    send_all(&mut admin, &t, 0, &render_messages());
+    let sub = Subscriber::connect(
+        broker.addr(),
+        SubscriberOpts::v4("ok/#")
+            .filter("okb/#")
+            .filter("dlq/#")
+            .qos(1),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = render_config(&iggy, &t, &broker.host_port(), "3.1.1", "dead_letter");
+    let mut engine = Engine::start(dir.path(), "render-dlq", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "render-a", 8, LONG);
+    wait_stored(&mut engine, &mut admin, &t, "render-b", 8, LONG);
+    sub.wait_for(18, SHORT).unwrap();
+    stop_clean(&mut engine, SHORT * 3);
+    let got = settled(&sub, Duration::from_millis(200));
+    assert_eq!(got.len(), 18, "{got:?}");
+    for (dlq, rejects) in [
+        ("dlq/a", &RENDER_A_REJECTS[..]),
+        ("dlq/b", &RENDER_B_REJECTS[..]),
+    ] {
+        let dead: Vec<&Received> = got.iter().filter(|r| r.topic == dlq).collect();
+        let mut offsets: Vec<u64> = dead
+            .iter()
+            .map(|r| json(r)["metadata"]["offset"].as_u64().unwrap_or(u64::MAX))
+            .collect();
+        offsets.sort_unstable();
+        assert_eq!(
+            offsets,
+            rejects.to_vec(),
+            "{dlq}: one dead letter per reject"
+        );
+        for r in dead {
+            let v = json(r);
+            assert!(
+                v["error"].as_str().is_some_and(|e| !e.is_empty()),
+                "{dlq}: a JSON envelope with the error: {}",
+                tail(&text(r), 3)
+            );
+            let n = v["metadata"]["offset"].as_u64().unwrap();
+            assert_eq!(
+                v["payload"]["n"], n,
+                "{dlq}: the original JSON payload is in the envelope"
+            );
+            assert_eq!(v["metadata"]["stream"], t.stream.as_str());
+        }
+    }
+    assert_eq!(offsets_of_json(&got, "ok/a/8"), vec![8]);
+    assert_eq!(offsets_of_json(&got, "okb/d5"), vec![5]);
+}
+
+#[test]
+fn an_unroutable_message_with_on_error_fail_stops_the_engine_at_its_offset() {
+    let broker = Mosquitto::start_default().unwrap();
+    let iggy = iggy();
+    let t = topic(&iggy, "render-fail", 1);
+    let mut admin = iggy.admin().unwrap();
+    send_all(&mut admin, &t, 0, &render_messages());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = engine_sections(&iggy)
+        + &mqtt_sink(
+            "render-fail",
+            &t,
+            "partitions = [0]",
+            "on_error = \"fail\"",
+            &broker.host_port(),
+            "protocol = \"5\"\nqos = 1\ntopic_header = \"mqtt_topic\"\ntopic = \"{json.t}\"",
+        );
+    let mut engine = Engine::start(dir.path(), "render-fail", &cfg);
+    let code = wait_exit_code(&mut engine, LONG);
+    let log = engine.log();
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| mentions_offset(&l.to_lowercase(), 1) && l.contains("reject")),
+        "the log names offset 1 and the rejection\n{log}"
+    );
+    // Offset 0 was published before offset 1 failed to route, but the engine may stop before
+    // its PUBACK is in: it may or may not be committed; nothing past it may.
+    let at_stop = stored(&mut admin, &t, "render-fail", 0);
+    assert!(
+        at_stop.is_none_or(|s| s == 0),
+        "nothing at or past the unroutable offset 1 committed: {at_stop:?}\n{log}"
+    );
+}
+
+// ================================================================ 5. pipelining
+
+/// `count` QoS `qos` messages through the count proxy; returns the proxy's counts.
+fn pipeline_run(
+    broker_opts: MosquittoOpts,
+    version: MqttVersion,
+    qos: u8,
+    max_inflight: u16,
+    count: u64,
+) -> (spillway_tests::ProxyStats, Option<u16>) {
+    let broker = Mosquitto::start(broker_opts).unwrap();
+    let proxy = MqttCountProxy::start(broker.addr()).unwrap();
+    let iggy = iggy();
+    let t = topic(&iggy, "pipe", 1);
+    let mut admin = iggy.admin().unwrap();
+    let batch: Vec<TestMessage> = (0..count)
+        .map(|n| TestMessage::new(u128::from(n) + 1, n.to_string().into_bytes()))
+        .collect();
+    send_all(&mut admin, &t, 0, &batch);
+    let sub =
+        Subscriber::connect(broker.addr(), SubscriberOpts::new(version, "pipe").qos(1)).unwrap();
+    let receive_maximum = sub.connack().receive_maximum;
+    let cfg = engine_sections(&iggy)
+        + &mqtt_sink(
+            "pipe",
+            &t,
+            "partitions = [0]",
+            "",
+            &proxy.host_port(),
+            &format!(
+                "protocol = \"{}\"\nqos = {qos}\ntopic = \"pipe\"\nmax_inflight = {max_inflight}",
+                protocol(version)
+            ),
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "pipe", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "pipe", count - 1, LONG * 2);
+    let got = sub
+        .wait_for(count as usize, SHORT * 2)
+        .unwrap_or_else(|e| panic!("{e}; proxy: {:?}\n{}", proxy.stats(), engine.log()));
+    stop_clean(&mut engine, SHORT * 3);
+    let distinct: BTreeSet<u64> = got.iter().map(|r| text(r).parse().unwrap()).collect();
+    assert_eq!(distinct.len() as u64, count, "every message arrived");
+    let stats = proxy.stats();
+    assert_eq!(
+        stats.connections, 1,
+        "one connection, no reconnect: {stats:?}"
+    );
+    assert_eq!(stats.rejected, 0, "{stats:?}");
+    assert_eq!(stats.reused_packet_ids, 0, "{stats:?}");
+    assert_eq!(
+        stats.publishes[usize::from(qos)],
+        count,
+        "each message published once: {stats:?}"
+    );
+    (stats, receive_maximum)
+}
+
+#[test]
+fn pipelining_keeps_far_more_than_100_qos1_messages_in_flight_with_a_large_window() {
+    // mosquitto advertises max_inflight_messages as Receive Maximum: 1000 here.
+    let (stats, receive_maximum) = pipeline_run(
+        MosquittoOpts::new().max_inflight_messages(1000),
+        MqttVersion::V5,
+        1,
+        1000,
+        20_000,
+    );
+    assert_eq!(receive_maximum, Some(1000));
+    assert!(
+        stats.max_outstanding > 100 && stats.max_outstanding <= 1000,
+        "QoS 1 messages in flight at most: {} (want 101..=1000)",
+        stats.max_outstanding
+    );
+}
+
+#[test]
+fn pipelining_never_exceeds_the_brokers_receive_maximum_of_20() {
+    let (stats, receive_maximum) =
+        pipeline_run(MosquittoOpts::new(), MqttVersion::V5, 1, 1000, 5_000);
+    assert_eq!(receive_maximum, Some(20), "mosquitto's default");
+    assert!(
+        (2..=20).contains(&stats.max_outstanding),
+        "QoS 1 messages in flight at most: {} (want 2..=20: pipelined, within Receive Maximum)",
+        stats.max_outstanding
+    );
+}
+
+/// mosquitto 2.0.11 drops QoS 2 messages a 3.1.1 client has in flight beyond its
+/// `max_inflight_messages` (default 20) while still answering PUBREC and PUBCOMP (see the
+/// harness test `mosquitto_silently_drops_v311_qos2_beyond_max_inflight_messages`); 3.1.1 has
+/// no Receive Maximum to tell the client. So the broker allows 100 here, above the window.
+#[test]
+fn pipelining_qos2_on_mqtt_3_1_1_stays_within_max_inflight() {
+    let (stats, _) = pipeline_run(
+        MosquittoOpts::new().max_inflight_messages(100),
+        MqttVersion::V4,
+        2,
+        50,
+        5_000,
+    );
+    assert!(
+        (11..=50).contains(&stats.max_outstanding),
+        "QoS 2 messages in flight (PUBLISH to PUBCOMP) at most: {} (want 11..=50)",
+        stats.max_outstanding
+    );
+    assert_eq!(stats.pubcomps, 5_000);
+}
+
+// ================================================================ 6. broker loss and crashes
+
+/// Offsets the broker acknowledged, as seen by the count proxy.
+struct AckedOffsets {
+    acked: Vec<bool>,
+    /// The first offset not acknowledged.
+    prefix: usize,
+}
+
+impl AckedOffsets {
+    fn new(n: usize) -> Self {
+        AckedOffsets {
+            acked: vec![false; n],
+            prefix: 0,
+        }
+    }
+
+    /// Reads the stored offset, then what the proxy saw acknowledged: the stored offset must
+    /// never pass the contiguous acknowledged prefix.
+    fn check(&mut self, admin: &mut IggyAdmin, t: &Topic, consumer: &str, proxy: &MqttCountProxy) {
+        let stored = stored(admin, t, consumer, 0);
+        for p in proxy.take_acked() {
+            let o: usize = std::str::from_utf8(&p).unwrap().parse().unwrap();
+            self.acked[o] = true;
+        }
+        while self.prefix < self.acked.len() && self.acked[self.prefix] {
+            self.prefix += 1;
+        }
+        if let Some(s) = stored {
+            assert!(
+                (s as usize) < self.prefix,
+                "stored offset {s} passes what the broker acknowledged (contiguous up to {})",
+                self.prefix as i64 - 1
+            );
+        }
+    }
+}
+
+/// What one or more subscribers received, by offset.
+struct Seen {
+    count: Vec<u32>,
+    distinct: usize,
+    total: usize,
+}
+
+impl Seen {
+    fn new(n: usize) -> Self {
+        Seen {
+            count: vec![0; n],
+            distinct: 0,
+            total: 0,
+        }
+    }
+
+    fn absorb(&mut self, sub: &Subscriber, topic: &str) {
+        for r in sub.take() {
+            if r.topic != topic {
+                continue;
+            }
+            let o: usize = text(&r).parse().unwrap();
+            if self.count[o] == 0 {
+                self.distinct += 1;
+            }
+            self.count[o] += 1;
+            self.total += 1;
+        }
+    }
+
+    fn duplicates(&self) -> usize {
+        self.total - self.distinct
+    }
+
+    fn missing(&self) -> Vec<usize> {
+        (0..self.count.len())
+            .filter(|o| self.count[*o] == 0)
+            .collect()
+    }
+}
+
+struct RestartCase {
+    name: &'static str,
+    version: MqttVersion,
+    qos: u8,
+    persistence: bool,
+    messages: usize,
+}
+
+const RESTART_WINDOW: u64 = 2000;
+const RESTART_COMMIT_EVERY: u64 = 1000;
+const RESTART_MAX_INFLIGHT: u64 = 1000;
+
+/// A stream of `messages` messages (payload = offset) through the count proxy. At about 30%
+/// the broker goes away and comes back; at about 65% the engine is killed (SIGKILL) and
+/// started again. Every offset reaches the subscriber at least once, duplicates stay within
+/// what can have been in flight, and the stored offset never passes what the broker
+/// acknowledged (checked against the proxy all along).
+fn restart_case(case: &RestartCase) {
+    let started = Instant::now();
+    let n = case.messages;
+    let mut opts = MosquittoOpts::new().max_inflight_messages(RESTART_MAX_INFLIGHT as u16);
+    if case.persistence {
+        opts = opts.persistence();
+    }
+    let mut broker = Mosquitto::start(opts).unwrap();
+    let proxy = MqttCountProxy::start(broker.addr()).unwrap();
+    let iggy = iggy();
+    let t = topic(&iggy, case.name, 1);
+    let mut admin = iggy.admin().unwrap();
+    let batch: Vec<TestMessage> = (0..n as u64)
+        .map(|o| TestMessage::new(u128::from(o) + 1, o.to_string().into_bytes()))
+        .collect();
+    send_all(&mut admin, &t, 0, &batch);
+    drop(batch);
+
+    let data_topic = format!("rs/{}", case.name);
+    let sub_opts = || {
+        let o = SubscriberOpts::new(case.version, data_topic.clone()).qos(case.qos);
+        if case.persistence {
+            o.client_id(format!("sub-{}", case.name))
+                .clean_start(false)
+                .session_expiry(3600)
+        } else {
+            o
+        }
+    };
+    let mut sub = Subscriber::connect(broker.addr(), sub_opts()).unwrap();
+    let sink = case.name;
+    let cfg = engine_sections(&iggy)
+        + &mqtt_sink(
+            sink,
+            &t,
+            "partitions = [0]",
+            &format!(
+                "window_messages = {RESTART_WINDOW}\ncommit_every = {RESTART_COMMIT_EVERY}\ncommit_interval = \"50ms\""
+            ),
+            &proxy.host_port(),
+            &format!(
+                "protocol = \"{}\"\nqos = {}\ntopic = \"{data_topic}\"\nmax_inflight = {RESTART_MAX_INFLIGHT}\nclean_start = {}\nsession_expiry = \"1h\"\nreconnect_min = \"100ms\"\nreconnect_max = \"1s\"\n[sink.mqtt.will]\ntopic = \"status/{{sink}}\"\npayload = \"gone\"\nqos = 1",
+                protocol(case.version),
+                case.qos,
+                !case.persistence,
+            ),
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), sink, &cfg);
+    let mut acked = AckedOffsets::new(n);
+    let mut seen = Seen::new(n);
+    let deadline = started + Duration::from_secs(300);
+    let progress = |seen: &mut Seen,
+                    acked: &mut AckedOffsets,
+                    admin: &mut IggyAdmin,
+                    engine: &mut Engine,
+                    sub: &Subscriber,
+                    until: usize,
+                    what: &str| {
+        while seen.distinct < until {
+            seen.absorb(sub, &data_topic);
+            acked.check(admin, &t, sink, &proxy);
+            assert!(
+                engine.running(),
+                "{}: the engine exited while waiting for {what}\n{}",
+                case.name,
+                tail(&engine.log(), 80)
+            );
+            assert!(
+                Instant::now() < deadline,
+                "{}: timed out waiting for {what}: {} of {n} offsets seen; proxy {:?}\n{}",
+                case.name,
+                seen.distinct,
+                proxy.stats(),
+                tail(&engine.log(), 80)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+
+    // ---- the broker goes away at ~30% and comes back.
+    progress(
+        &mut seen,
+        &mut acked,
+        &mut admin,
+        &mut engine,
+        &sub,
+        n * 3 / 10,
+        "30%",
+    );
+    if case.persistence {
+        // A graceful stop writes sessions and queued messages to disk; the engine's session
+        // (clean_start = false) and the subscriber's survive.
+        broker.stop_graceful(SHORT).unwrap();
+        seen.absorb(&sub, &data_topic);
+        std::thread::sleep(Duration::from_secs(1));
+        broker.start_again().unwrap();
+        sub = Subscriber::connect(broker.addr(), sub_opts()).unwrap();
+        assert!(
+            sub.connack().session_present,
+            "the subscriber's session survived"
+        );
+    } else {
+        // Without persistence a crashed broker loses what it acknowledged but had not
+        // delivered yet. So that every loss the test sees is the engine's: hold the engine's
+        // bytes, let the broker deliver everything it acknowledged, then kill it (SIGKILL).
+        // The engine's unacknowledged messages die with the connection and must be re-sent.
+        proxy.hold_client_to_broker(true);
+        let mut last = (seen.total, Instant::now());
+        while last.1.elapsed() < Duration::from_millis(700) {
+            std::thread::sleep(Duration::from_millis(50));
+            seen.absorb(&sub, &data_topic);
+            if seen.total != last.0 {
+                last = (seen.total, Instant::now());
+            }
+        }
+        acked.check(&mut admin, &t, sink, &proxy);
+        proxy.refuse_connections(true);
+        broker.stop().unwrap();
+        seen.absorb(&sub, &data_topic);
+        // The engine retries against a broker that is down for a second.
+        std::thread::sleep(Duration::from_secs(1));
+        broker.start_again().unwrap();
+        // The restarted broker forgot every subscription: subscribe before the engine is let
+        // back in.
+        seen.absorb(&sub, &data_topic);
+        sub = Subscriber::connect(broker.addr(), sub_opts()).unwrap();
+        proxy.hold_client_to_broker(false);
+        proxy.refuse_connections(false);
+    }
+    let after_broker = proxy.stats();
+    assert!(
+        after_broker.connections >= 1,
+        "{}: {after_broker:?}",
+        case.name
+    );
+
+    // ---- the engine is killed at ~65% and started again.
+    progress(
+        &mut seen,
+        &mut acked,
+        &mut admin,
+        &mut engine,
+        &sub,
+        n * 65 / 100,
+        "65%",
+    );
+    let stats_before_kill = proxy.stats();
+    assert!(
+        stats_before_kill.connections >= 2 && stats_before_kill.connects >= 2,
+        "{}: the engine reconnected after the broker came back: {stats_before_kill:?}",
+        case.name
+    );
+    let will = Subscriber::connect(
+        broker.addr(),
+        SubscriberOpts::new(case.version, "status/#").qos(1),
+    )
+    .unwrap();
+    engine.signal("KILL");
+    engine.wait(SHORT).expect("SIGKILL ends the engine");
+    let first_log = engine.log();
+    acked.check(&mut admin, &t, sink, &proxy);
+    let stored_at_kill = stored(&mut admin, &t, sink, 0);
+    let wills = will.wait_for(1, SHORT).unwrap_or_else(|e| {
+        panic!(
+            "{}: the broker publishes the will of a killed engine: {e}",
+            case.name
+        )
+    });
+    assert_eq!(wills[0].topic, format!("status/{sink}"));
+    assert_eq!(wills[0].payload.as_ref(), b"gone");
+    let mut engine = Engine::start(dir.path(), &format!("{sink}-2"), &cfg);
+    let resume_at = stored_at_kill.map_or(0, |s| s + 1);
+    common::wait_until("the restarted engine resumes", LONG, || {
+        engine
+            .log()
+            .contains(&format!("resuming at offset {resume_at}"))
+            || !engine.running()
+    });
+    assert!(
+        engine
+            .log()
+            .contains(&format!("resuming at offset {resume_at}")),
+        "{}: resumes after the stored offset {stored_at_kill:?}\n{}",
+        case.name,
+        engine.log()
+    );
+
+    // ---- to the end.
+    progress(
+        &mut seen,
+        &mut acked,
+        &mut admin,
+        &mut engine,
+        &sub,
+        n,
+        "every offset",
+    );
+    wait_stored(&mut engine, &mut admin, &t, sink, n as u64 - 1, LONG);
+    acked.check(&mut admin, &t, sink, &proxy);
+    stop_clean(&mut engine, SHORT * 3);
+    std::thread::sleep(Duration::from_millis(300));
+    seen.absorb(&sub, &data_topic);
+    let stats = proxy.stats();
+
+    let missing = seen.missing();
+    assert!(
+        missing.is_empty(),
+        "{}: {} offsets never arrived, first {:?}",
+        case.name,
+        missing.len(),
+        &missing[..missing.len().min(20)]
+    );
+    // Duplicates: the engine's window when the broker went away (re-sent), what the broker had
+    // in flight to the subscriber (re-sent on its resumed session), and, after the crash, what
+    // was delivered past the stored offset (at most the unconfirmed window plus what was
+    // confirmed but not stored yet).
+    let bound =
+        RESTART_MAX_INFLIGHT as usize * 2 + (2 * RESTART_WINDOW + RESTART_COMMIT_EVERY) as usize;
+    assert!(
+        seen.duplicates() <= bound,
+        "{}: {} duplicates, more than could have been in flight ({bound})",
+        case.name,
+        seen.duplicates()
+    );
+    assert_eq!(stats.rejected, 0, "{}: {stats:?}", case.name);
+    if case.persistence {
+        // mosquitto 2.0.11 persists an MQTT 5 session only if it began with Clean Start 0 (see
+        // the harness test `mosquitto_persists_a_v5_session_only_if_it_began_without_clean_start`).
+        assert!(
+            stats.sessions_present >= 1 && stats.dup_publishes + stats.resumed_pubrels > 0,
+            "{}: after the persistent broker's restart the engine resumes its session (CONNACK \
+             session present) and re-sends what was unconfirmed (PUBLISH with DUP, PUBREL): \
+             {stats:?}",
+            case.name
+        );
+    } else {
+        assert_eq!(
+            stats.sessions_present, 0,
+            "{}: a clean start never resumes: {stats:?}",
+            case.name
+        );
+    }
+    eprintln!(
+        "{}: {n} messages in {:?}, {} duplicates, proxy {:?}; first engine log tail:\n{}",
+        case.name,
+        started.elapsed(),
+        seen.duplicates(),
+        stats,
+        tail(&first_log, 5)
+    );
+}
+
+#[test]
+fn qos1_survives_a_broker_crash_without_persistence_and_an_engine_crash() {
+    restart_case(&RestartCase {
+        name: "rs-q1-v311",
+        version: MqttVersion::V4,
+        qos: 1,
+        persistence: false,
+        messages: 100_000,
+    });
+}
+
+#[test]
+fn qos2_survives_a_persistent_broker_restart_with_a_resumed_session_and_an_engine_crash() {
+    restart_case(&RestartCase {
+        name: "rs-q2-v5",
+        version: MqttVersion::V5,
+        qos: 2,
+        persistence: true,
+        messages: 100_000,
+    });
+}
+
+// ================================================================ 7. controlled shutdown
+
+#[test]
+fn sigterm_mid_stream_waits_for_acks_disconnects_and_stores_exactly_what_was_confirmed() {
+    const N: usize = 100_000;
+    let broker = Mosquitto::start(MosquittoOpts::new().max_inflight_messages(1000)).unwrap();
+    let proxy = MqttCountProxy::start(broker.addr()).unwrap();
+    let iggy = iggy();
+    let t = topic(&iggy, "term", 1);
+    let mut admin = iggy.admin().unwrap();
+    let batch: Vec<TestMessage> = (0..N as u64)
+        .map(|o| TestMessage::new(u128::from(o) + 1, o.to_string().into_bytes()))
+        .collect();
+    send_all(&mut admin, &t, 0, &batch);
+    let sub = Subscriber::connect(broker.addr(), SubscriberOpts::v5("term").qos(1)).unwrap();
+    let will = Subscriber::connect(broker.addr(), SubscriberOpts::v5("status/#").qos(1)).unwrap();
+    let cfg = engine_sections(&iggy)
+        + &mqtt_sink(
+            "term",
+            &t,
+            "partitions = [0]",
+            "window_messages = 2000",
+            &proxy.host_port(),
+            "protocol = \"5\"\nqos = 1\ntopic = \"term\"\nmax_inflight = 1000\n[sink.mqtt.will]\ntopic = \"status/{sink}\"\npayload = \"gone\"\nqos = 1",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "term", &cfg);
+    let mut seen = Seen::new(N);
+    let deadline = Instant::now() + LONG;
+    while seen.distinct < 5_000 {
+        seen.absorb(&sub, "term");
+        assert!(
+            Instant::now() < deadline && engine.running(),
+            "no progress: {} seen\n{}",
+            seen.distinct,
+            engine.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop_clean(&mut engine, LONG);
+    let log = engine.log();
+    assert!(!log.contains("did not stop in time"), "{log}");
+    let stats = proxy.stats();
+    assert_eq!(
+        stats.outstanding_at_disconnect,
+        vec![0],
+        "one DISCONNECT, sent once every message in flight was acknowledged: {stats:?}"
+    );
+    let stored_at_end = stored(&mut admin, &t, "term", 0).expect("an offset is stored") as usize;
+    assert!(
+        stored_at_end < N - 1,
+        "stopped mid-stream (stored {stored_at_end})"
+    );
+    let mut acked: Vec<usize> = proxy
+        .take_acked()
+        .iter()
+        .map(|p| std::str::from_utf8(p).unwrap().parse().unwrap())
+        .collect();
+    acked.sort_unstable();
+    acked.dedup();
+    assert_eq!(
+        acked,
+        (0..=stored_at_end).collect::<Vec<usize>>(),
+        "the stored offset is the highest contiguous acknowledged one, and nothing past it was acknowledged"
+    );
+    let deadline = Instant::now() + SHORT;
+    while (0..=stored_at_end).any(|o| seen.count[o] == 0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        seen.absorb(&sub, "term");
+    }
+    let missing: Vec<usize> = (0..=stored_at_end)
+        .filter(|o| seen.count[*o] == 0)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "every stored offset was received: {} missing, first {:?}",
+        missing.len(),
+        &missing[..missing.len().min(20)]
+    );
+    assert!(
+        settled(&will, Duration::from_millis(500)).is_empty(),
+        "a clean DISCONNECT discards the will"
+    );
+}
+
+/// SIGTERM while idle: every connection says DISCONNECT once and none reconnects. Four sinks
+/// (four connections) through the count proxy, five rounds: a race between the engine's
+/// DISCONNECT and the broker closing the connection shows up in some rounds.
+#[test]
+fn sigterm_while_idle_disconnects_every_connection_once_without_reconnecting() {
+    const ROUNDS: usize = 5;
+    let broker = Mosquitto::start_default().unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let sinks = ["idle-a", "idle-b", "idle-c", "idle-d"];
+    let mut failures = Vec::new();
+    for round in 0..ROUNDS {
+        let proxy = MqttCountProxy::start(broker.addr()).unwrap();
+        let t = topic(&iggy, &format!("idle{round}"), 1);
+        small_batch(&mut admin, &t, "idle", 5);
+        let mut cfg = engine_sections(&iggy);
+        for (i, sink) in sinks.iter().enumerate() {
+            cfg += &mqtt_sink(
+                sink,
+                &t,
+                "partitions = [0]",
+                "",
+                &proxy.host_port(),
+                &format!(
+                    "protocol = \"{}\"\nqos = {}\ntopic = \"idle/{sink}\"",
+                    if i % 2 == 0 { "5" } else { "3.1.1" },
+                    i % 3
+                ),
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut engine = Engine::start(dir.path(), "idle", &cfg);
+        for sink in sinks {
+            wait_stored(&mut engine, &mut admin, &t, sink, 4, LONG);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        stop_clean(&mut engine, SHORT * 3);
+        let log = engine.log();
+        let after_signal = log
+            .split_once("signal received")
+            .map_or("", |(_, rest)| rest);
+        let stats = proxy.stats();
+        if after_signal.contains("reconnecting") || (stats.connections, stats.disconnects) != (4, 4)
+        {
+            failures.push(format!(
+                "round {round}: connections {}, DISCONNECTs {} (want 4 and 4)\n{}",
+                stats.connections,
+                stats.disconnects,
+                tail(after_signal, 40)
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "a controlled shutdown sends one DISCONNECT per connection and never reconnects; \
+         {} of {ROUNDS} rounds did not:\n{}",
+        failures.len(),
+        failures.join("\n----\n")
+    );
+}
