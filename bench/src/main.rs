@@ -6,11 +6,13 @@
 //! spillway-bench codec [--quick] [--out FILE]
 //! spillway-bench s3 [--quick] [--out FILE]
 //! spillway-bench engine [--quick] [--out FILE]
+//! spillway-bench mqtt [--quick] [--out FILE]
 //! ```
 
 mod codec;
 mod engine;
 mod harness;
+mod mqtt;
 mod report;
 mod s3;
 
@@ -37,19 +39,24 @@ scenarios:
   engine   the engine end to end on one shard, 100 B messages: the Iggy stand-in (or the
            server in SPILLWAY_TEST_IGGY) to the file sink, and the generate source to the
            file sink; msgs/s until every offset is stored
+  mqtt     the engine's MQTT sink against rumqttc 0.25: 100 B messages, one MQTT 5
+           connection, QoS 0/1/2, to a mosquitto the bench starts (with a counting
+           subscriber; window 100) and to an in-process discard broker (window 1000);
+           msgs/s, publisher CPU µs/msg, mosquitto's CPU share (rumqttc needs the default
+           `peers` feature; without it ours alone is measured)
 
 options:
   --quick     fewer and shorter runs, smaller objects (CI smoke); the JSON is still written
   --out FILE  where to write the JSON rows (default: target/bench/<scenario>.json under the
               workspace root)";
 
-/// The subcommands. Each new scenario (s3, mqtt, then all) adds a variant here, a module,
-/// and an arm in `run`.
+/// The subcommands. Each new scenario adds a variant here, a module, and an arm in `run`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scenario {
     Codec,
     S3,
     Engine,
+    Mqtt,
 }
 
 impl Scenario {
@@ -58,6 +65,7 @@ impl Scenario {
             Scenario::Codec => "codec",
             Scenario::S3 => "s3",
             Scenario::Engine => "engine",
+            Scenario::Mqtt => "mqtt",
         }
     }
 
@@ -66,6 +74,7 @@ impl Scenario {
             "codec" => Some(Scenario::Codec),
             "s3" => Some(Scenario::S3),
             "engine" => Some(Scenario::Engine),
+            "mqtt" => Some(Scenario::Mqtt),
             _ => None,
         }
     }
@@ -166,6 +175,8 @@ fn run(opts: &Options) -> Result<(), String> {
         eprint!("  measuring {row:60}\r");
         let _ = std::io::stderr().flush();
     };
+    // Problems found by a scenario that must fail the command once its report is out.
+    let mut problems = Vec::new();
     let rows = match opts.scenario {
         Scenario::Codec => run_codec(opts.quick, &mut progress)?,
         Scenario::S3 => run_s3(opts.quick, &mut progress)?,
@@ -175,6 +186,21 @@ fn run(opts: &Options) -> Result<(), String> {
             print!("{text}");
             rows
         }
+        Scenario::Mqtt => {
+            eprintln!(
+                "spillway-bench mqtt: {}",
+                if opts.quick {
+                    "quick (one run, 10x fewer messages)"
+                } else {
+                    "3 runs per client and QoS, a few minutes"
+                }
+            );
+            let out = mqtt::run(opts.quick, &mut progress)?;
+            eprintln!("{:70}", "");
+            print!("{}", out.text);
+            problems = out.problems;
+            out.rows
+        }
     };
     let path = opts
         .out
@@ -182,7 +208,11 @@ fn run(opts: &Options) -> Result<(), String> {
         .unwrap_or_else(|| report::default_json_path(opts.scenario.name()));
     report::write_json(&path, &rows).map_err(|e| format!("writing {}: {e}", path.display()))?;
     println!("\nwrote {}", path.display());
-    Ok(())
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
 }
 
 fn main() -> ExitCode {
@@ -237,6 +267,14 @@ mod tests {
             }))
         ));
         assert!(parse_args(&args(&["s3", "codec"])).is_err());
+        assert!(matches!(
+            parse_args(&args(&["mqtt"])),
+            Ok(Command::Run(Options {
+                scenario: Scenario::Mqtt,
+                quick: false,
+                out: None
+            }))
+        ));
         assert!(parse_args(&args(&["codec", "--out"])).is_err());
     }
 }

@@ -11,6 +11,9 @@ pub enum Better {
     Lower,
     /// Throughput.
     Higher,
+    /// Context figures beside the compared ones (a broker's CPU share, a count): no better
+    /// side, no ratio.
+    Neither,
 }
 
 /// One line of a report: a metric of one scenario, ours beside the peer's.
@@ -30,12 +33,13 @@ pub struct Row {
 impl Row {
     /// How many times ours is better: peer / ours where lower is better (times, CPU,
     /// allocations), ours / peer where higher is better (throughput); above 1 means ours wins.
-    /// `None` when the divisor is zero (ours allocates nothing) or a value is not finite (the
-    /// peer was not measured).
+    /// `None` when the divisor is zero (ours allocates nothing), a value is not finite (the
+    /// peer was not measured), or neither side is better.
     pub fn ratio(&self) -> Option<f64> {
         let (num, den) = match self.better {
             Better::Lower => (self.peer, self.ours),
             Better::Higher => (self.ours, self.peer),
+            Better::Neither => return None,
         };
         let r = num / den;
         (den > 0.0 && r.is_finite()).then_some(r)
