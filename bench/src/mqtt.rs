@@ -46,7 +46,8 @@
 //! Each figure is the median of the runs (3; 1 with `--quick`, which also sends 10x fewer
 //! messages); the clients' runs alternate. To profile, narrow the runs down: set
 //! `SPILLWAY_BENCH_MQTT_CLIENTS` to `ours` or `rumqttc`, and `SPILLWAY_BENCH_MQTT_CASES` to
-//! some of `mosquitto-qos0` … `discard-qos2` (comma-separated). Built without the `peers`
+//! some of `mosquitto-qos0` … `discard-qos2` (comma-separated); `SPILLWAY_BENCH_MQTT_ACK_BATCHING`
+//! (`true`/`false`) overrides the sink's `ack_batching`. Built without the `peers`
 //! feature the peer is compiled out and ours is measured alone.
 
 mod cpu;

@@ -6,6 +6,9 @@
 //! The config is printed by [`config_text`]; the calling thread becomes the engine's control
 //! thread (pinned by the engine to the control core) and the shard runs on the shard core.
 
+/// Overrides the sink's `ack_batching` (`true` / `false`) for tuning runs.
+pub const ACK_BATCHING_ENV: &str = "SPILLWAY_BENCH_MQTT_ACK_BATCHING";
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -46,6 +49,7 @@ max_inflight = {window}
 qos = {qos}
 topic = "{topic}"
 topic_aliases = 0
+{coalesce}
 "#,
         core = job.core,
         name = job.name,
@@ -56,6 +60,9 @@ topic_aliases = 0
         window = job.window,
         qos = job.qos,
         topic = job.topic,
+        coalesce = std::env::var(ACK_BATCHING_ENV)
+            .map(|v| format!("ack_batching = {}", v == "true"))
+            .unwrap_or_default(),
     )
 }
 

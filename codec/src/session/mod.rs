@@ -336,6 +336,12 @@ impl<T> Session<T> {
         self.window.len()
     }
 
+    /// QoS 1/2 messages (and PUBRELs) sent on the current connection and waiting for the
+    /// broker's answer: each will bring at least one acknowledgement packet.
+    pub fn on_wire(&self) -> usize {
+        self.on_wire
+    }
+
     /// The current window: `min(configured, broker Receive Maximum)`.
     pub fn window_limit(&self) -> usize {
         self.limit

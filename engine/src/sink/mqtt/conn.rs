@@ -400,8 +400,9 @@ async fn connection(
     }
     let tcp = tcp.ok_or_else(|| ConnectError::retry(format!("connecting: {last}")))?;
     let _ = tcp.set_nodelay(true);
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&tcp);
     match &ctx.tls {
-        None => session(ctx, link, tcp, clean, clear_first).await,
+        None => session(ctx, link, fd, tcp, clean, clear_first).await,
         Some((config, name)) => {
             let connector = TlsConnector::from(Arc::clone(config));
             let tls = timeout(cfg.connect_timeout.0, connector.connect(name.clone(), tcp))
@@ -414,7 +415,7 @@ async fn connection(
                         message: format!("MQTT broker {}: {tls}", cfg.address),
                     },
                 })?;
-            session(ctx, link, tls, clean, clear_first).await
+            session(ctx, link, fd, tls, clean, clear_first).await
         }
     }
 }
@@ -512,6 +513,7 @@ async fn write_out<W: AsyncWriteRent>(
 async fn session<S>(
     ctx: &Rc<Ctx>,
     link: &Rc<Link>,
+    fd: std::os::fd::RawFd,
     mut stream: S,
     clean: bool,
     clear_first: bool,
@@ -631,7 +633,7 @@ where
     );
     let write_limit = cfg.keep_alive.0.max(cfg.connect_timeout.0);
     let (r, w) = stream.into_split();
-    let reader = read_loop(ctx, link, r, buf);
+    let reader = read_loop(ctx, link, r, buf, fd);
     let writer = write_loop(ctx, link, w, write_limit);
     let result = monoio::select! {
         r = reader => r,
@@ -649,25 +651,76 @@ async fn read_loop<R: AsyncReadRent>(
     link: &Link,
     mut r: R,
     mut buf: BytesMut,
+    fd: std::os::fd::RawFd,
 ) -> Result<Closed, String> {
+    // How many acknowledgements one wake-up waits for (see `ack_batching`): the PUBRELs of
+    // QoS 2 must not wait long, or the broker runs out of work.
+    let divisor = if ctx.cfg.qos == 2 || ctx.cfg.qos_header.is_some() {
+        8
+    } else {
+        4
+    };
+    let mut lowat = 1usize;
     loop {
         process(ctx, link, &mut buf)?;
+        if ctx.cfg.ack_batching {
+            let (on_wire, limit) = {
+                let s = link.session.borrow();
+                (s.on_wire(), s.window_limit())
+            };
+            // Only acknowledgements that are sure to come: each message on the wire brings
+            // at least one packet of at least MIN_ACK_BYTES. Nothing is held back while
+            // draining or with few messages out.
+            let batch = (limit / divisor).max(1);
+            let want = if on_wire >= batch && !link.closing.get() {
+                batch
+            } else {
+                1
+            };
+            if want != lowat {
+                set_rcvlowat(fd, want * MIN_ACK_BYTES);
+                lowat = want;
+            }
+        }
         read_more(&mut r, &mut buf)
             .await
             .map_err(|e| e.to_string())?;
     }
 }
 
-/// Decodes and handles every whole packet in `buf`.
-fn process(ctx: &Ctx, link: &Link, buf: &mut BytesMut) -> Result<(), String> {
+/// The smallest acknowledgement on the wire (PUBACK, PUBREC, PUBCOMP: fixed header and
+/// packet id).
+const MIN_ACK_BYTES: usize = 4;
+
+/// Sets `SO_RCVLOWAT`: a read completes only once this many bytes are waiting (or the
+/// connection closes).
+#[allow(unsafe_code)]
+fn set_rcvlowat(fd: std::os::fd::RawFd, bytes: usize) {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: plain setsockopt on a socket this connection owns, with a c_int value.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+/// Decodes and handles every whole packet in `buf`; returns how many there were.
+fn process(ctx: &Ctx, link: &Link, buf: &mut BytesMut) -> Result<usize, String> {
     let now = Instant::now();
     let opts = link.session.borrow().decode_options();
     let mut run = Run::default();
     let mut rejected = Vec::new();
     let mut result = Ok(());
+    let mut packets = 0;
     loop {
         match decode(buf, &opts) {
             Ok(Decoded::Packet(packet)) => {
+                packets += 1;
                 let event = {
                     let mut out = link.out.borrow_mut();
                     link.session.borrow_mut().handle(packet, &mut out, now)
@@ -733,7 +786,7 @@ fn process(ctx: &Ctx, link: &Link, buf: &mut BytesMut) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     link.wake();
-    result
+    result.map(|()| packets)
 }
 
 /// Moves queued messages into the session while its window has room (QoS 0 always), up to
