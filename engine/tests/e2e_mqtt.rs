@@ -1954,3 +1954,68 @@ fn sigterm_while_idle_disconnects_every_connection_once_without_reconnecting() {
         failures.join("\n----\n")
     );
 }
+
+#[test]
+fn keep_alive_pings_an_idle_broker_and_a_silent_one_is_replaced_by_a_new_connection() {
+    let broker = Mosquitto::start_default().unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let proxy = MqttCountProxy::start(broker.addr()).unwrap();
+    let t = topic(&iggy, "keepalive", 1);
+    let sub = Subscriber::connect(broker.addr(), SubscriberOpts::v5("ka/#").qos(1)).unwrap();
+    let cfg = engine_sections(&iggy)
+        + &mqtt_sink(
+            "ka",
+            &t,
+            "partitions = [0]",
+            "",
+            &proxy.host_port(),
+            "keep_alive = \"1s\"\nreconnect_min = \"100ms\"\nreconnect_max = \"200ms\"\ntopic = \"ka/{partition}\"",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "ka", &cfg);
+
+    // Idle: a PINGREQ about every second, each answered, on the one connection.
+    let deadline = Instant::now() + LONG;
+    while proxy.stats().pingresps < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "no PINGREQs: {:?}",
+            proxy.stats()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stats = proxy.stats();
+    assert_eq!(stats.connections, 1, "{stats:?}");
+    assert!(stats.pingreqs >= 3, "{stats:?}");
+
+    // A broker that stops answering: the PINGREQ goes unanswered and the engine gives up on
+    // the connection within about two keep-alive intervals, then connects again.
+    proxy.hold_client_to_broker(true);
+    let deadline = Instant::now() + LONG;
+    while !engine.log().contains("no PINGRESP within the keep-alive") {
+        assert!(
+            Instant::now() < deadline,
+            "a silent broker was not detected:\n{}",
+            tail(&engine.log(), 20)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    proxy.hold_client_to_broker(false);
+    let deadline = Instant::now() + LONG;
+    while proxy.stats().connack_codes.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no new connection: {:?}",
+            proxy.stats()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // And it delivers on the new connection.
+    small_batch(&mut admin, &t, "ka", 5);
+    wait_stored(&mut engine, &mut admin, &t, "ka", 4, LONG);
+    let got = settled(&sub, Duration::from_millis(300));
+    assert_payloads(&got, "ka/0", "ka", 5);
+    stop_clean(&mut engine, SHORT * 3);
+}

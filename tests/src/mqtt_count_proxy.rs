@@ -43,6 +43,8 @@ mod kind {
     pub const PUBREC: u8 = 5;
     pub const PUBREL: u8 = 6;
     pub const PUBCOMP: u8 = 7;
+    pub const PINGREQ: u8 = 12;
+    pub const PINGRESP: u8 = 13;
     pub const DISCONNECT: u8 = 14;
 }
 
@@ -248,6 +250,10 @@ pub struct ProxyStats {
     pub max_outstanding: usize,
     /// Packets that could not be parsed (the connection is closed then).
     pub parse_errors: u64,
+    /// PINGREQ packets from clients.
+    pub pingreqs: u64,
+    /// PINGRESP packets from the broker.
+    pub pingresps: u64,
 }
 
 /// Per connection state.
@@ -350,6 +356,7 @@ impl Counter {
                 let now = state.outstanding.len();
                 self.stats.max_outstanding = self.stats.max_outstanding.max(now);
             }
+            kind::PINGREQ => self.stats.pingreqs += 1,
             kind::DISCONNECT => {
                 self.stats.disconnects += 1;
                 let now = self.conns.get(&conn).map_or(0, |c| c.outstanding.len());
@@ -368,6 +375,7 @@ impl Counter {
         body: &Bytes,
     ) -> Result<(), FrameError> {
         match first >> 4 {
+            kind::PINGRESP => self.stats.pingresps += 1,
             kind::CONNACK => {
                 let code = *body
                     .get(1)
