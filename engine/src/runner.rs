@@ -238,6 +238,9 @@ pub struct Runner {
     stream_name: Rc<str>,
     topic_name: Rc<str>,
     next_tick: Instant,
+    /// Polled payloads count against the windows and the shard budget until confirmed; false
+    /// for a sink that reports the memory it holds itself ([`Sink::buffered`]).
+    counts_payloads: bool,
 }
 
 impl std::fmt::Debug for Runner {
@@ -266,6 +269,7 @@ impl Runner {
         let acks = Acks::new();
         let sink = crate::sink::build(&cfg, shard_index, acks.clone())
             .map_err(|e| Fatal(format!("sink {:?}: {e}", cfg.name)))?;
+        let counts_payloads = sink.buffered().is_none();
         let fatal = |e: IggyError| Fatal(format!("sink {:?}: {e}", cfg.name));
         let (source, stream_name, topic_name) = match cfg.source {
             SourceKind::Generate => {
@@ -361,6 +365,7 @@ impl Runner {
             stream_name,
             topic_name,
             next_tick: Instant::now(),
+            counts_payloads,
         };
         Ok((runner, stats))
     }
@@ -497,6 +502,11 @@ impl Runner {
     }
 
     fn has_room(&self, p: &Part) -> bool {
+        if !self.counts_payloads {
+            // The sink holds encoded data, not the polled messages (an S3 object confirms
+            // all its messages at once): its own memory is what is bounded.
+            return self.sink.buffered().unwrap_or(0) < self.shard.budget;
+        }
         p.tracker.unconfirmed() < u64::from(self.cfg.window_messages)
             && p.tracker.unconfirmed_bytes() < self.cfg.window_bytes.0
             && self.shard.held.get() < self.shard.budget
@@ -849,7 +859,11 @@ impl Runner {
         let Some(part) = self.parts[slot].as_ref() else {
             return Ok(false);
         };
-        let room = u64::from(self.cfg.window_messages) - part.tracker.unconfirmed();
+        let room = if self.counts_payloads {
+            u64::from(self.cfg.window_messages).saturating_sub(part.tracker.unconfirmed())
+        } else {
+            u64::from(self.cfg.batch_size)
+        };
         let count = u32::try_from(room.min(u64::from(self.cfg.batch_size))).unwrap_or(u32::MAX);
         let offset = part.tracker.next_poll();
         let partition = part.info.partition;
@@ -921,7 +935,9 @@ impl Runner {
             part.head = Some(last.offset);
         }
         let count = messages.len() as u64;
-        self.shard.held.set(self.shard.held.get() + bytes);
+        if self.counts_payloads {
+            self.shard.held.set(self.shard.held.get() + bytes);
+        }
         {
             let mut stats = self.stats.borrow_mut();
             stats.counters.messages_in += count;
@@ -973,6 +989,13 @@ impl Runner {
         let t = now_us(self.epoch);
         let mut fatal = None;
         let mut touched = Vec::new();
+        let shard = Rc::clone(&self.shard);
+        let counts = self.counts_payloads;
+        let unhold = |n: u64| {
+            if counts {
+                shard.held.set(shard.held.get().saturating_sub(n));
+            }
+        };
         {
             let mut stats = self.stats.borrow_mut();
             let stats = &mut *stats;
@@ -989,9 +1012,7 @@ impl Runner {
                         stats.counters.confirmed += done.messages;
                         stats.counters.confirmed_bytes += done.bytes;
                         part.since_store += done.messages;
-                        self.shard
-                            .held
-                            .set(self.shard.held.get().saturating_sub(done.bytes));
+                        unhold(done.bytes);
                     }
                     Outcome::Failed(reason) => {
                         stats.counters.failed += 1;
@@ -1006,9 +1027,7 @@ impl Runner {
                                 let done = part.tracker.confirm(ack.first, ack.last, t, |_| {});
                                 stats.counters.skipped += done.messages;
                                 part.since_store += done.messages;
-                                self.shard
-                                    .held
-                                    .set(self.shard.held.get().saturating_sub(done.bytes));
+                                unhold(done.bytes);
                             }
                             ErrorPolicy::Fail | ErrorPolicy::DeadLetter => {
                                 if fatal.is_none() {
@@ -1028,9 +1047,7 @@ impl Runner {
                         let dropped = part.tracker.redeliver(ack.first);
                         stats.counters.redelivered += dropped;
                         let freed = before - part.tracker.unconfirmed_bytes();
-                        self.shard
-                            .held
-                            .set(self.shard.held.get().saturating_sub(freed));
+                        unhold(freed);
                         part.ready_at = Instant::now();
                     }
                 }

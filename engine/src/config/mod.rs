@@ -6,6 +6,7 @@
 //! `README.md` ("Configuration") documents every key; `examples/` holds commented files.
 
 mod mqtt;
+mod s3;
 mod secret;
 mod validate;
 
@@ -16,6 +17,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
 pub use mqtt::{Envelope, MqttSinkConfig, MqttVersion, WillConfig, password_env};
+pub use s3::{Compression, Format, OnShutdown, S3SinkConfig, SseKind};
 pub use secret::Secret;
 
 use crate::units::{ByteSize, Dur};
@@ -284,6 +286,8 @@ pub enum SinkType {
     Stdout,
     /// An MQTT broker (`[sink.mqtt]`).
     Mqtt,
+    /// An S3-compatible object store (`[sink.s3]`).
+    S3,
 }
 
 /// Where a sink's messages come from.
@@ -374,6 +378,8 @@ pub struct SinkConfig {
     pub file: Option<FileSinkConfig>,
     /// `type = "mqtt"` options.
     pub mqtt: Option<MqttSinkConfig>,
+    /// `type = "s3"` options.
+    pub s3: Option<S3SinkConfig>,
     /// `source = "generate"` options.
     pub generate: Option<GenerateConfig>,
 }
@@ -565,6 +571,20 @@ fn apply_env(config: &mut Config, env: &dyn Fn(&str) -> Option<String>) {
         config.iggy.token = Some(Secret::new(v));
     }
     for sink in &mut config.sinks {
+        if let Some(s3) = &mut sink.s3 {
+            if s3.access_key_id.is_none() {
+                s3.access_key_id = env("AWS_ACCESS_KEY_ID");
+            }
+            if s3.secret_access_key.is_none() {
+                s3.secret_access_key = env("AWS_SECRET_ACCESS_KEY").map(Secret::new);
+            }
+            if s3.session_token.is_none() {
+                s3.session_token = env("AWS_SESSION_TOKEN").map(Secret::new);
+            }
+            if s3.region.is_none() {
+                s3.region = env("AWS_REGION").or_else(|| env("AWS_DEFAULT_REGION"));
+            }
+        }
         if let Some(mqtt) = &mut sink.mqtt
             && let Some(v) = env(&password_env(&sink.name))
         {

@@ -252,3 +252,90 @@ fn the_mqtt_password_comes_from_the_environment_and_is_redacted() {
     assert_eq!(m.password.as_ref().map(Secret::expose), Some("hunter2"));
     assert!(!format!("{c:?}").contains("hunter2"));
 }
+
+const S3: &str = r#"
+[[sink]]
+name = "to-s3"
+type = "s3"
+source = "generate"
+[sink.s3]
+bucket = "lake"
+endpoint = "http://127.0.0.1:9000"
+access_key_id = "ak"
+secret_access_key = "sk"
+"#;
+
+#[test]
+fn an_s3_sink_loads_with_defaults_and_names_its_mistakes() {
+    let c = parse_with(S3, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let s = c.sinks[0]
+        .s3
+        .as_ref()
+        .unwrap_or_else(|| panic!("no [sink.s3]"));
+    assert_eq!(s.format, Format::JsonLines);
+    assert_eq!(s.compression, Compression::None);
+    assert_eq!(s.part_size.0, 8 << 20);
+    assert_eq!(s.max_object_size.0, 64 << 20);
+    assert!(
+        !format!("{c:?}").contains("\"sk\""),
+        "the secret key is redacted"
+    );
+    let with = |extra: &str| S3.replace("access_key_id", &format!("{extra}\naccess_key_id"));
+    let cases: [(String, &str, &str); 8] = [
+        (with("format = \"parquet\""), "sink[0].s3.format", "parquet"),
+        (
+            with("key = \"{stream}/{partition}.json\""),
+            "sink[0].s3.key",
+            "first_offset",
+        ),
+        (
+            with("key = \"{partition}/{first_offset}/{nope}\""),
+            "sink[0].s3.key",
+            "{nope}",
+        ),
+        (
+            with("key = \"{partition}-{first_offset}-{last_offset}\""),
+            "sink[0].s3.key",
+            "part_size",
+        ),
+        (
+            with("time_zone = \"Mars/Olympus\""),
+            "sink[0].s3.time_zone",
+            "UTC",
+        ),
+        (
+            with("part_size = \"1MiB\""),
+            "sink[0].s3.part_size",
+            "5 MiB",
+        ),
+        (
+            S3.replace("bucket = \"lake\"", "bucket = \"\""),
+            "sink[0].s3.bucket",
+            "empty",
+        ),
+        (
+            S3.replace("http://127.0.0.1:9000", "ftp://x"),
+            "sink[0].s3.endpoint",
+            "scheme",
+        ),
+    ];
+    for (text, key, words) in cases {
+        let e = error_of(&text);
+        assert_eq!(e.key, key, "{e}");
+        assert!(e.to_string().contains(words), "{e}");
+    }
+    let e = error_of(&S3.replace("access_key_id = \"ak\"", ""));
+    assert_eq!(e.key, "sink[0].s3.access_key_id");
+    let c = parse_with(
+        &S3.replace("access_key_id = \"ak\"", ""),
+        &[("AWS_ACCESS_KEY_ID", "from-env")],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.sinks[0]
+            .s3
+            .as_ref()
+            .and_then(|s| s.access_key_id.as_deref()),
+        Some("from-env")
+    );
+}

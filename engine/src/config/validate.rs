@@ -237,6 +237,9 @@ fn validate_sink(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
     if sink.kind != SinkType::Mqtt && sink.mqtt.is_some() {
         return Err(problem(key("mqtt"), "is only for type = \"mqtt\""));
     }
+    if sink.kind != SinkType::S3 && sink.s3.is_some() {
+        return Err(problem(key("s3"), "is only for type = \"s3\""));
+    }
     match sink.kind {
         SinkType::File => match &sink.file {
             Some(f) if f.path.is_some() => {}
@@ -254,6 +257,15 @@ fn validate_sink(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
                     "type = \"stdout\" writes to standard output; use type = \"file\" for a path",
                 ));
             }
+        }
+        SinkType::S3 => {
+            if sink.file.is_some() {
+                return Err(problem(
+                    key("file"),
+                    "is only for type = \"file\" or \"stdout\"",
+                ));
+            }
+            validate_s3(i, sink)?;
         }
         SinkType::Mqtt => {
             if sink.file.is_some() {
@@ -449,6 +461,80 @@ fn validate_mqtt(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
             ));
         }
         _ => {}
+    }
+    Ok(())
+}
+
+fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
+    use crate::sink::s3::format::Encoder;
+    use crate::sink::s3::key::{KeyTemplate, parse_time_zone};
+    let key = |k: &str| format!("sink[{i}].s3.{k}");
+    let Some(c) = &sink.s3 else {
+        return Err(problem(
+            format!("sink[{i}].s3"),
+            "missing: type = \"s3\" needs [sink.s3] with at least bucket",
+        ));
+    };
+    if c.bucket.is_empty() {
+        return Err(problem(key("bucket"), "must not be empty"));
+    }
+    let region = c.region.clone().unwrap_or_else(|| "us-east-1".to_owned());
+    let endpoint =
+        crate::sink::s3::endpoint(c, &region).map_err(|e| problem(key("endpoint"), e))?;
+    endpoint
+        .check_bucket(&c.bucket)
+        .map_err(|e| problem(key("bucket"), e.to_string()))?;
+    if c.access_key_id.is_none() {
+        return Err(problem(
+            key("access_key_id"),
+            "missing: set access_key_id and secret_access_key, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        ));
+    }
+    if c.secret_access_key.is_none() {
+        return Err(problem(
+            key("secret_access_key"),
+            "missing: set it or AWS_SECRET_ACCESS_KEY",
+        ));
+    }
+    let template = KeyTemplate::parse(&c.key).map_err(|e| problem(key("key"), e))?;
+    if template.needs_last_offset() && c.max_object_size.0 > c.part_size.0 {
+        return Err(problem(
+            key("key"),
+            "{last_offset} is only known when an object is closed, so such objects are sent whole: set max_object_size to at most part_size",
+        ));
+    }
+    parse_time_zone(&c.time_zone).map_err(|e| problem(key("time_zone"), e))?;
+    Encoder::new(crate::sink::s3::format_options(c))
+        .map_err(|e| problem(key("compression_level"), e))?;
+    if c.part_size.0 < 5 << 20 || c.part_size.0 > 5 << 30 {
+        return Err(problem(
+            key("part_size"),
+            "must be 5 MiB to 5 GiB (S3's limits)",
+        ));
+    }
+    if c.parts_in_flight == 0 || c.parts_in_flight > 64 {
+        return Err(problem(key("parts_in_flight"), "must be 1 to 64"));
+    }
+    if c.max_object_size.0 == 0 {
+        return Err(problem(key("max_object_size"), "must be more than 0 bytes"));
+    }
+    if c.request_attempts == 0 || c.request_attempts > 100 {
+        return Err(problem(key("request_attempts"), "must be 1 to 100"));
+    }
+    if c.retry_min.0.is_zero() || c.retry_min > c.retry_max {
+        return Err(problem(
+            key("retry_min"),
+            "must be more than 0 and at most s3.retry_max",
+        ));
+    }
+    if c.sse_kms_key_id.is_some() && c.sse != Some(super::SseKind::Kms) {
+        return Err(problem(key("sse_kms_key_id"), "is only for sse = \"kms\""));
+    }
+    if c.length_prefix && c.format != super::Format::Raw {
+        return Err(problem(
+            key("length_prefix"),
+            "is only for format = \"raw\"",
+        ));
     }
     Ok(())
 }

@@ -10,6 +10,7 @@
 
 mod file;
 pub mod mqtt;
+pub mod s3;
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 pub use file::FileSink;
 pub use mqtt::MqttSink;
+pub use s3::S3Sink;
 
 use crate::config::{SinkConfig, SinkType};
 use crate::message::Batch;
@@ -178,6 +180,13 @@ pub trait Sink {
     fn status(&self) -> SinkStatus {
         SinkStatus::default()
     }
+    /// For a sink that confirms late and in bulk (an S3 object confirms all its messages
+    /// when it is complete): the bytes it holds now. The engine then paces polling by this
+    /// against `runtime.shard_memory_budget` instead of by the per-partition windows, which
+    /// would otherwise have to hold a whole object. `None`: paced by the windows.
+    fn buffered(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// What a sink reports about its destination.
@@ -196,6 +205,8 @@ pub enum AnySink {
     File(FileSink),
     /// An MQTT broker.
     Mqtt(MqttSink),
+    /// An S3-compatible object store (boxed: it is much larger than the others).
+    S3(Box<S3Sink>),
 }
 
 /// Builds the sink of `config` for shard `shard`.
@@ -203,6 +214,7 @@ pub fn build(config: &SinkConfig, shard: usize, acks: Acks) -> Result<AnySink, S
     match config.kind {
         SinkType::File | SinkType::Stdout => Ok(AnySink::File(FileSink::new(config, shard, acks)?)),
         SinkType::Mqtt => Ok(AnySink::Mqtt(MqttSink::new(config, shard, acks)?)),
+        SinkType::S3 => Ok(AnySink::S3(Box::new(S3Sink::new(config, shard, acks)?))),
     }
 }
 
@@ -211,42 +223,56 @@ impl Sink for AnySink {
         match self {
             AnySink::File(s) => s.start().await,
             AnySink::Mqtt(s) => s.start().await,
+            AnySink::S3(s) => s.start().await,
         }
     }
     async fn deliver(&mut self, batch: Batch) -> Result<(), SinkError> {
         match self {
             AnySink::File(s) => s.deliver(batch).await,
             AnySink::Mqtt(s) => s.deliver(batch).await,
+            AnySink::S3(s) => s.deliver(batch).await,
         }
     }
     async fn tick(&mut self) -> Result<(), SinkError> {
         match self {
             AnySink::File(s) => s.tick().await,
             AnySink::Mqtt(s) => s.tick().await,
+            AnySink::S3(s) => s.tick().await,
         }
     }
     fn tick_interval(&self) -> Duration {
         match self {
             AnySink::File(s) => s.tick_interval(),
             AnySink::Mqtt(s) => s.tick_interval(),
+            AnySink::S3(s) => s.tick_interval(),
         }
     }
     async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError> {
         match self {
             AnySink::File(s) => s.drain(deadline).await,
             AnySink::Mqtt(s) => s.drain(deadline).await,
+            AnySink::S3(s) => s.drain(deadline).await,
         }
     }
     fn release(&mut self, slot: usize) {
         match self {
             AnySink::File(s) => s.release(slot),
             AnySink::Mqtt(s) => s.release(slot),
+            AnySink::S3(s) => s.release(slot),
         }
     }
     fn status(&self) -> SinkStatus {
         match self {
             AnySink::File(s) => s.status(),
             AnySink::Mqtt(s) => s.status(),
+            AnySink::S3(s) => s.status(),
+        }
+    }
+    fn buffered(&self) -> Option<u64> {
+        match self {
+            AnySink::File(s) => s.buffered(),
+            AnySink::Mqtt(s) => s.buffered(),
+            AnySink::S3(s) => s.buffered(),
         }
     }
 }

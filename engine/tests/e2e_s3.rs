@@ -1,0 +1,293 @@
+//! The S3 sink end to end: the Iggy stand-in (or `SPILLWAY_TEST_IGGY`) -> the `spillway` binary ->
+//! s3s-fs started by the harness (it verifies SigV4). Objects are read back from s3s-fs's data
+//! directory and parsed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Engine, engine_sections, send, stop_clean, topic, wait_exit_code, wait_stored};
+use spillway_tests::{IggyServer, S3Server};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn iggy() -> IggyServer {
+    IggyServer::from_env_or_stand_in().unwrap()
+}
+
+/// Every object file under `dir` (s3s-fs keeps its own metadata in files it names with a
+/// leading dot or in sidecar directories, which are skipped).
+fn objects(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path: PathBuf = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else if !name.ends_with(".metadata.json") && !name.contains(".upload") {
+                let key = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                out.insert(key, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+fn s3_sink(name: &str, t: &common::Topic, s3: &S3Server, extra: &str) -> String {
+    format!(
+        r#"
+[[sink]]
+name = "{name}"
+type = "s3"
+stream = "{stream}"
+topic = "{topic}"
+partitions = [{parts}]
+poll_interval = "5ms"
+commit_interval = "50ms"
+
+[sink.s3]
+bucket = "{bucket}"
+endpoint = "{endpoint}"
+region = "{region}"
+access_key_id = "{ak}"
+secret_access_key = "{sk}"
+{extra}
+"#,
+        stream = t.stream,
+        topic = t.topic,
+        parts = (0..t.partitions)
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        bucket = s3.bucket(),
+        endpoint = s3.endpoint(),
+        region = s3.region(),
+        ak = s3.access_key(),
+        sk = s3.secret_key(),
+    )
+}
+
+/// (partition, offset) of every record of json_lines objects, per object key.
+fn json_records(objects: &BTreeMap<String, Vec<u8>>) -> Vec<(String, Vec<(u64, u64)>)> {
+    objects
+        .iter()
+        .map(|(key, body)| {
+            let recs = String::from_utf8(body.clone())
+                .unwrap()
+                .lines()
+                .map(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                    (
+                        v["partition"].as_u64().unwrap(),
+                        v["offset"].as_u64().unwrap(),
+                    )
+                })
+                .collect();
+            (key.clone(), recs)
+        })
+        .collect()
+}
+
+#[test]
+fn json_lines_objects_hold_every_offset_once_with_deterministic_keys() {
+    let s3 = S3Server::start().unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3lines", 2);
+    for p in 0..2 {
+        send(&mut admin, &t, p, "m", 0, 250);
+    }
+    let cfg = engine_sections(&iggy)
+        + &s3_sink(
+            "s3l",
+            &t,
+            &s3,
+            "prefix = \"raw/\"\nkey = \"{stream}/{partition}/{first_offset}.{ext}\"\nmax_object_messages = 100\nidle_flush = \"300ms\"",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "s3l", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "s3l", 249, LONG);
+    stop_clean(&mut engine, Duration::from_secs(30));
+
+    let objs = objects(&s3.bucket_dir());
+    let keys: Vec<&String> = objs.keys().collect();
+    let stream = t_stream_escaped(&t.stream);
+    let want: Vec<String> = (0..2)
+        .flat_map(|p| {
+            let stream = stream.clone();
+            [0u64, 100, 200]
+                .into_iter()
+                .map(move |o| format!("raw/{stream}/{p}/{o:020}.jsonl"))
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        want.iter().collect::<Vec<_>>(),
+        "one object per 100 messages, keyed by partition and first offset"
+    );
+    for (key, recs) in json_records(&objs) {
+        let p: u64 = key.split('/').nth(2).unwrap().parse().unwrap();
+        let first: u64 = key
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .trim_end_matches(".jsonl")
+            .parse()
+            .unwrap();
+        let expect: Vec<(u64, u64)> = (first..(first + 100).min(250)).map(|o| (p, o)).collect();
+        assert_eq!(recs, expect, "{key}: every offset once, in order");
+    }
+    // The metadata and headers of a record, and the payload embedded as JSON or text.
+    let body = String::from_utf8(objs[&want[0]].clone()).unwrap();
+    let first: serde_json::Value = serde_json::from_str(body.lines().next().unwrap()).unwrap();
+    assert_eq!(first["stream"], t.stream.as_str());
+    assert_eq!(first["headers"]["n"], "0");
+    assert_eq!(first["payload"]["text"], "m-p0-0");
+    let second: serde_json::Value = serde_json::from_str(body.lines().nth(1).unwrap()).unwrap();
+    assert_eq!(second["payload"], "m-p0-1");
+}
+
+fn t_stream_escaped(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn gzip_and_zstd_objects_decompress_to_every_record() {
+    let s3 = S3Server::start().unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3comp", 1);
+    send(&mut admin, &t, 0, "c", 0, 300);
+    let cfg = engine_sections(&iggy)
+        + &s3_sink(
+            "gz",
+            &t,
+            &s3,
+            "prefix = \"gz/\"\ncompression = \"gzip\"\nmax_object_messages = 120\nidle_flush = \"300ms\"",
+        )
+        + &s3_sink(
+            "zs",
+            &t,
+            &s3,
+            "prefix = \"zs/\"\ncompression = \"zstd\"\nformat = \"json_array\"\nidle_flush = \"300ms\"",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "comp", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "gz", 299, LONG);
+    wait_stored(&mut engine, &mut admin, &t, "zs", 299, LONG);
+    stop_clean(&mut engine, Duration::from_secs(30));
+    let objs = objects(&s3.bucket_dir());
+    let mut gz_offsets = Vec::new();
+    let mut zs_offsets = Vec::new();
+    for (key, body) in &objs {
+        if key.starts_with("gz/") {
+            assert!(key.ends_with(".jsonl.gz"), "{key}");
+            let mut text = String::new();
+            flate2::read::GzDecoder::new(&body[..])
+                .read_to_string(&mut text)
+                .unwrap();
+            for l in text.lines() {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                gz_offsets.push(v["offset"].as_u64().unwrap());
+            }
+        } else if key.starts_with("zs/") {
+            assert!(key.ends_with(".json.zst"), "{key}");
+            let raw = zstd::stream::decode_all(&body[..]).unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+            for r in v.as_array().unwrap() {
+                zs_offsets.push(r["offset"].as_u64().unwrap());
+            }
+        }
+    }
+    assert_eq!(gz_offsets, (0..300).collect::<Vec<_>>());
+    assert_eq!(zs_offsets, (0..300).collect::<Vec<_>>());
+    assert_eq!(objs.keys().filter(|k| k.starts_with("gz/")).count(), 3);
+}
+
+#[test]
+fn a_missing_bucket_is_reported_before_anything_is_polled() {
+    let s3 = S3Server::start().unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3nobucket", 1);
+    send(&mut admin, &t, 0, "x", 0, 10);
+    let cfg = engine_sections(&iggy)
+        + &s3_sink("nb", &t, &s3, "").replace(
+            &format!("bucket = \"{}\"", s3.bucket()),
+            "bucket = \"no-such-bucket\"",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "nb", &cfg);
+    assert_eq!(wait_exit_code(&mut engine, LONG), Some(1));
+    let log = engine.log();
+    assert!(log.contains("no-such-bucket"), "{log}");
+    assert!(log.contains("NoSuchBucket") || log.contains("404"), "{log}");
+    assert_eq!(common::stored(&mut admin, &t, "nb", 0), None);
+}
+
+#[test]
+fn a_store_that_is_down_keeps_the_offsets_unconfirmed_and_the_objects_are_written_again() {
+    let mut s3 = S3Server::start().unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3down", 1);
+    send(&mut admin, &t, 0, "a", 0, 50);
+    let cfg = engine_sections(&iggy)
+        + &s3_sink(
+            "down",
+            &t,
+            &s3,
+            "prefix = \"d/\"\nmax_object_messages = 50\nidle_flush = \"200ms\"\nrequest_attempts = 2\nretry_min = \"100ms\"\nretry_max = \"300ms\"",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "down", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "down", 49, LONG);
+
+    // The store goes away: the next objects fail, their offsets are not committed.
+    s3.stop().unwrap();
+    send(&mut admin, &t, 0, "a", 50, 120);
+    let deadline = std::time::Instant::now() + LONG;
+    while !engine.log().contains("S3 upload failed") {
+        assert!(std::time::Instant::now() < deadline, "{}", engine.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(common::stored(&mut admin, &t, "down", 0), Some(49));
+
+    // Back: the objects are written again from their first offsets.
+    s3.start_again().unwrap();
+    wait_stored(&mut engine, &mut admin, &t, "down", 169, LONG);
+    stop_clean(&mut engine, Duration::from_secs(30));
+    let mut offsets = Vec::new();
+    for (_, recs) in json_records(&objects(&s3.bucket_dir())) {
+        offsets.extend(recs.into_iter().map(|(_, o)| o));
+    }
+    offsets.sort_unstable();
+    assert_eq!(
+        offsets,
+        (0..170).collect::<Vec<_>>(),
+        "every offset in exactly one object"
+    );
+}
