@@ -48,6 +48,8 @@ pub struct SinkCounters {
     /// Most messages the sink had in flight at once on one connection (MQTT: QoS 1/2
     /// packet ids).
     pub sink_in_flight_peak: u64,
+    /// Most bytes the sink held at once (S3: encoded output waiting or uploading).
+    pub sink_buffered_peak: u64,
 }
 
 /// One partition of one sink on one shard.
@@ -291,6 +293,20 @@ impl Merged {
                 );
             }
         }
+        let _ = writeln!(
+            out,
+            "# HELP spillway_sink_buffered_peak_bytes Most bytes a sink held at once.\n# TYPE spillway_sink_buffered_peak_bytes gauge"
+        );
+        for (shard, reports) in self.latest.iter().enumerate() {
+            for r in reports {
+                let _ = writeln!(
+                    out,
+                    "spillway_sink_buffered_peak_bytes{{shard=\"{shard}\",sink=\"{}\"}} {}",
+                    self.name(r.sink),
+                    r.counters.sink_buffered_peak
+                );
+            }
+        }
         let gauges: [(&str, &str); 2] = [
             ("spillway_committed_offset", "Last offset stored in Iggy."),
             (
@@ -376,6 +392,7 @@ fn add(into: &mut SinkCounters, c: &SinkCounters) {
     into.reconnects += c.reconnects;
     into.sink_reconnects += c.sink_reconnects;
     into.sink_in_flight_peak = into.sink_in_flight_peak.max(c.sink_in_flight_peak);
+    into.sink_buffered_peak = into.sink_buffered_peak.max(c.sink_buffered_peak);
 }
 
 fn escape(s: &str) -> String {

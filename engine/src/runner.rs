@@ -241,6 +241,8 @@ pub struct Runner {
     /// Polled payloads count against the windows and the shard budget until confirmed; false
     /// for a sink that reports the memory it holds itself ([`Sink::buffered`]).
     counts_payloads: bool,
+    /// A sink failure found outside a sink call (resuming a partition).
+    sink_error: Option<String>,
 }
 
 impl std::fmt::Debug for Runner {
@@ -366,6 +368,7 @@ impl Runner {
             topic_name,
             next_tick: Instant::now(),
             counts_payloads,
+            sink_error: None,
         };
         Ok((runner, stats))
     }
@@ -411,9 +414,13 @@ impl Runner {
                 let mut stats = self.stats.borrow_mut();
                 stats.counters.sink_reconnects = status.reconnects;
                 stats.counters.sink_in_flight_peak = status.in_flight_peak;
+                stats.counters.sink_buffered_peak = status.buffered_peak;
             }
             self.commit(false).await?;
             self.maintain_source().await?;
+            if let Some(e) = self.sink_error.take() {
+                return Err(self.fatal(e));
+            }
             let now = Instant::now();
             if now >= self.next_tick {
                 self.sink.tick().await.map_err(|e| self.fatal(e))?;
@@ -696,7 +703,7 @@ impl Runner {
         let stored = client
             .stored_offset(&src.consumer, &src.stream, &src.topic, partition)
             .await?;
-        let next = match (stored, self.cfg.start) {
+        let mut next = match (stored, self.cfg.start) {
             (Some(s), _) => s + 1,
             (None, StartFrom::Earliest) => 0,
             (None, StartFrom::Latest) => match head {
@@ -704,6 +711,32 @@ impl Runner {
                 _ => 0,
             },
         };
+        let mut stored = stored;
+        // The sink may know of data written past the stored offset (an S3 object completed
+        // just before a crash, before its offsets were committed): start after it.
+        match self
+            .sink
+            .resume(&self.stream_name, &self.topic_name, partition)
+            .await
+        {
+            Ok(Some(done)) if done + 1 > next => {
+                info!(
+                    sink = %self.cfg.name,
+                    partition,
+                    "partition {}/{}/{partition}: the sink already holds up to offset {done} (Iggy has {stored:?})",
+                    self.stream_name,
+                    self.topic_name
+                );
+                next = done + 1;
+                stored = Some(done);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                // Not an Iggy problem: the runner stops with it at its next turn.
+                self.sink_error.get_or_insert(e.0);
+                return Ok(());
+            }
+        }
         info!(
             sink = %self.cfg.name,
             partition,

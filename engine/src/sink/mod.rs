@@ -180,6 +180,18 @@ pub trait Sink {
     fn status(&self) -> SinkStatus {
         SinkStatus::default()
     }
+    /// Before partition `partition` of `stream`/`topic` is polled: the last offset the sink
+    /// knows it has already written for good, when that may be past what Iggy has stored (an
+    /// S3 sink's marker: its object completed but the offset commit did not happen). The
+    /// engine then starts after it.
+    async fn resume(
+        &mut self,
+        _stream: &str,
+        _topic: &str,
+        _partition: u32,
+    ) -> Result<Option<u64>, SinkError> {
+        Ok(None)
+    }
     /// For a sink that confirms late and in bulk (an S3 object confirms all its messages
     /// when it is complete): the bytes it holds now. The engine then paces polling by this
     /// against `runtime.shard_memory_budget` instead of by the per-partition windows, which
@@ -196,6 +208,8 @@ pub struct SinkStatus {
     pub reconnects: u64,
     /// Most messages in flight at once on one connection.
     pub in_flight_peak: u64,
+    /// Most bytes the sink held at once (encoded output waiting or uploading: S3).
+    pub buffered_peak: u64,
 }
 
 /// Every sink type, for static dispatch.
@@ -266,6 +280,18 @@ impl Sink for AnySink {
             AnySink::File(s) => s.status(),
             AnySink::Mqtt(s) => s.status(),
             AnySink::S3(s) => s.status(),
+        }
+    }
+    async fn resume(
+        &mut self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Option<u64>, SinkError> {
+        match self {
+            AnySink::File(s) => s.resume(stream, topic, partition).await,
+            AnySink::Mqtt(s) => s.resume(stream, topic, partition).await,
+            AnySink::S3(s) => s.resume(stream, topic, partition).await,
         }
     }
     fn buffered(&self) -> Option<u64> {

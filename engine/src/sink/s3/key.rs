@@ -173,7 +173,7 @@ impl KeyTemplate {
 
 /// Appends `value` with every byte outside `A-Z a-z 0-9 - _ . ~` percent-encoded (a `/` in a
 /// stream name does not make a new level; spaces, `+`, `&`, non-ASCII are safe everywhere).
-fn escape_into(out: &mut String, value: &str) {
+pub fn escape_into(out: &mut String, value: &str) {
     for b in value.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
             out.push(char::from(b));

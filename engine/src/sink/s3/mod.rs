@@ -111,6 +111,8 @@ pub struct S3Sink {
     key_buf: String,
     uploaded: u64,
     failures: u64,
+    /// Most bytes held at once (see `buffered`).
+    peak: std::cell::Cell<u64>,
 }
 
 impl std::fmt::Debug for S3Sink {
@@ -144,6 +146,7 @@ fn sse_of(c: &S3SinkConfig) -> Option<Sse> {
 impl S3Sink {
     /// The sink of `config` on shard `shard`.
     pub fn new(config: &SinkConfig, shard: usize, acks: Acks) -> Result<S3Sink, SinkError> {
+        process_start();
         let err = |e: String| SinkError(format!("sink {:?}: {e}", config.name));
         let cfg = config
             .s3
@@ -189,6 +192,7 @@ impl S3Sink {
             key_buf: String::new(),
             uploaded: 0,
             failures: 0,
+            peak: std::cell::Cell::new(0),
             cfg,
         })
     }
@@ -322,10 +326,23 @@ impl S3Sink {
                     .and_then(|w| w.open.as_mut())
                     .and_then(|o| o.upload.take());
                 match upload {
-                    Some(u) => u.close().await.map_err(|e| e.to_string()),
+                    Some(u) => {
+                        // What the writer held at most, before it gives its parts away.
+                        self.peak.set(self.peak.get().max(u.held().peak()));
+                        u.close().await.map_err(|e| e.to_string())
+                    }
                     None => Err("no upload".to_owned()),
                 }
             }
+            Err(e) => Err(e),
+        };
+        let result = match result {
+            // The marker goes first: once the offsets are confirmed they may be committed, and a
+            // crash before that commit must not make a replay cut different objects.
+            Ok(info) => self
+                .write_marker(slot, last, &info.key)
+                .await
+                .map(|()| info),
             Err(e) => Err(e),
         };
         match result {
@@ -344,6 +361,118 @@ impl S3Sink {
                 Ok(())
             }
         }
+    }
+
+    /// Aborts the multipart uploads an earlier run left open under the prefix: those initiated
+    /// before this process started (less a minute for clock skew), once per sink and process.
+    /// Where the store cannot list uploads, says so: a lifecycle rule
+    /// (AbortIncompleteMultipartUpload) must clean them up there.
+    async fn abort_stale_uploads(&self) {
+        use spillway_s3::actions::{abort_multipart_upload, list_multipart_uploads};
+        static DONE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+        {
+            let mut done = DONE
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if done.contains(&self.name) {
+                return;
+            }
+            done.push(self.name.clone());
+        }
+        let cutoff = process_start() - Duration::from_secs(60);
+        let mut args = list_multipart_uploads::ListMultipartUploadsArgs {
+            prefix: (!self.cfg.prefix.is_empty()).then(|| self.cfg.prefix.clone()),
+            key_marker: None,
+            upload_id_marker: None,
+            max_uploads: None,
+        };
+        let mut aborted = 0;
+        loop {
+            let listed = match list_multipart_uploads::request(
+                self.client.endpoint(),
+                &self.cfg.bucket,
+                &args,
+            ) {
+                Ok(req) => {
+                    self.client
+                        .execute(req, list_multipart_uploads::parse)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            let page = match listed {
+                Ok(p) => p,
+                Err(e) => {
+                    warn!(
+                        sink = %self.name,
+                        "cannot list open multipart uploads to abort those an earlier run left ({e}); set a lifecycle rule (AbortIncompleteMultipartUpload) on the bucket"
+                    );
+                    return;
+                }
+            };
+            for u in &page.uploads {
+                let stale = u.initiated_time().is_some_and(|t| t < cutoff);
+                if !stale {
+                    continue;
+                }
+                if let Ok(req) = abort_multipart_upload::request(
+                    self.client.endpoint(),
+                    &self.cfg.bucket,
+                    &u.key,
+                    &u.upload_id,
+                ) && self
+                    .client
+                    .execute(req, abort_multipart_upload::parse)
+                    .await
+                    .is_ok()
+                {
+                    aborted += 1;
+                }
+            }
+            match page.next_args(&args) {
+                Some(next) => args = next,
+                None => break,
+            }
+        }
+        if aborted > 0 {
+            info!(sink = %self.name, "aborted {aborted} multipart uploads an earlier run left open");
+        }
+    }
+
+    /// Records that everything of slot's partition up to `last` is in complete objects.
+    async fn write_marker(&self, slot: usize, last: u64, object: &str) -> Result<(), String> {
+        let Some(w) = self.parts.get(slot).and_then(Option::as_ref) else {
+            return Ok(());
+        };
+        let key = marker_key(
+            &self.cfg.prefix,
+            &self.name,
+            &w.info.stream,
+            &w.info.topic,
+            w.info.partition,
+        );
+        let mut body = Vec::with_capacity(128);
+        body.extend_from_slice(format!("{{\"last_offset\":{last},\"object\":").as_bytes());
+        crate::json::string(&mut body, object.as_bytes());
+        body.push(b'}');
+        let options = ObjectOptions {
+            content_type: Some("application/json".to_owned()),
+            sse: self.upload.options.sse.clone(),
+            ..ObjectOptions::default()
+        };
+        let req = spillway_s3::actions::put_object::request(
+            self.client.endpoint(),
+            &self.cfg.bucket,
+            &key,
+            spillway_s3::request::Body::from(Bytes::from(body)),
+            &options,
+        )
+        .map_err(|e| format!("marker {key}: {e}"))?;
+        self.client
+            .execute(req, spillway_s3::actions::put_object::parse)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("writing the marker {key}: {e}"))
     }
 
     /// A failed object: abort its upload, keep its offsets unconfirmed, poll again from its
@@ -445,6 +574,35 @@ impl S3Sink {
     }
 }
 
+/// When the first S3 sink of this process was built: uploads initiated before it belong to an
+/// earlier run.
+fn process_start() -> std::time::SystemTime {
+    static START: std::sync::OnceLock<std::time::SystemTime> = std::sync::OnceLock::new();
+    *START.get_or_init(std::time::SystemTime::now)
+}
+
+/// The key of the marker that records the last offset of `partition` written in a complete
+/// object, under the sink's prefix (one per sink and partition).
+fn marker_key(prefix: &str, sink: &str, stream: &str, topic: &str, partition: u32) -> String {
+    let mut k = String::from(prefix);
+    k.push_str(".spillway/");
+    for part in [sink, stream, topic] {
+        key::escape_into(&mut k, part);
+        k.push('/');
+    }
+    k.push_str(&format!("{partition}.json"));
+    k
+}
+
+/// Reads a marker body: `{"last_offset": N, ...}`.
+fn parse_marker(body: &[u8]) -> Result<u64, String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+    v["last_offset"]
+        .as_u64()
+        .ok_or_else(|| "no last_offset".to_owned())
+}
+
 /// User metadata values must be printable ASCII.
 fn ascii(s: &str) -> String {
     s.chars()
@@ -476,7 +634,36 @@ impl Sink for S3Sink {
                 ))
             })?;
         info!(sink = %self.name, bucket = %self.cfg.bucket, "S3 bucket reachable");
+        self.abort_stale_uploads().await;
         Ok(())
+    }
+
+    async fn resume(
+        &mut self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Option<u64>, SinkError> {
+        let key = marker_key(&self.cfg.prefix, &self.name, stream, topic, partition);
+        let req = spillway_s3::actions::get_object::request(
+            self.client.endpoint(),
+            &self.cfg.bucket,
+            &key,
+            None,
+            &self.upload.options,
+        )
+        .map_err(|e| SinkError(format!("marker {key}: {e}")))?;
+        match self
+            .client
+            .execute(req, spillway_s3::actions::get_object::parse)
+            .await
+        {
+            Ok(out) => parse_marker(&out.body)
+                .map(Some)
+                .map_err(|e| SinkError(format!("the marker {key} is damaged ({e}); delete it to start from Iggy's stored offset"))),
+            Err(spillway_s3::Error::S3(e)) if e.status == 404 => Ok(None),
+            Err(e) => Err(SinkError(format!("reading the marker {key}: {e}"))),
+        }
     }
 
     async fn deliver(&mut self, batch: Batch) -> Result<(), SinkError> {
@@ -565,6 +752,13 @@ impl Sink for S3Sink {
         SinkStatus {
             reconnects: self.failures,
             in_flight_peak: 0,
+            buffered_peak: self
+                .parts
+                .iter()
+                .flatten()
+                .filter_map(|w| w.open.as_ref())
+                .filter_map(|o| o.upload.as_ref().map(|u| u.held().peak() + o.pending_len))
+                .fold(self.peak.get(), u64::max),
         }
     }
 
@@ -577,6 +771,9 @@ impl Sink for S3Sink {
                     held += u.held().current();
                 }
             }
+        }
+        if held > self.peak.get() {
+            self.peak.set(held);
         }
         Some(held)
     }
