@@ -374,3 +374,168 @@ fn a_crash_between_an_upload_and_its_offset_commit_never_writes_a_message_twice(
         "every offset in exactly one object"
     );
 }
+
+/// 100 MB through a proxy that breaks uploads (dropped connections, 500, 503 SlowDown), and
+/// five SIGKILLs at random moments, each followed by a restart.
+#[test]
+fn faults_and_five_sigkills_leave_every_offset_in_exactly_one_object() {
+    use spillway_tests::{FaultPlan, FaultProxy, TestMessage};
+    const PER_PARTITION: u64 = 50_000;
+    let s3 = S3Server::start().unwrap();
+    let proxy = FaultProxy::start(
+        s3.addr(),
+        FaultPlan::seeded(0x5eed)
+            .drop_mid_body(0.03)
+            .status_500(0.03)
+            .slow_down_503(0.03),
+    )
+    .unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3faults", 2);
+    let filler = "x".repeat(980);
+    for p in 0..2u32 {
+        let batch: Vec<TestMessage> = (0..PER_PARTITION)
+            .map(|n| {
+                TestMessage::new(
+                    u128::from(n) + 1,
+                    format!("{p}-{n:08}-{filler}").into_bytes(),
+                )
+            })
+            .collect();
+        common::send_all(&mut admin, &t, p, &batch);
+    }
+    let cfg = engine_sections(&iggy)
+        + &s3_sink(
+            "faults",
+            &t,
+            &s3,
+            "prefix = \"f/\"\nmax_object_size = \"12MiB\"\npart_size = \"5MiB\"\nidle_flush = \"500ms\"\nretry_min = \"50ms\"\nretry_max = \"500ms\"",
+        )
+        .replace(&s3.endpoint(), &format!("http://{}", proxy.host_port()));
+    let records = || -> Vec<(u64, u64)> {
+        let mut all: Vec<(u64, u64)> = json_records(&objects(&s3.bucket_dir()))
+            .into_iter()
+            .flat_map(|(_, r)| r)
+            .collect();
+        all.sort_unstable();
+        all
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..5 {
+        let mut engine = Engine::start(dir.path(), &format!("faults{round}"), &cfg);
+        std::thread::sleep(Duration::from_millis(fastrand::u64(800..3000)));
+        engine.signal("KILL");
+        let _ = engine.wait(Duration::from_secs(10));
+        // What Iggy holds never passes what is in complete objects.
+        let done = records();
+        for p in 0..2u64 {
+            if let Some(stored) = common::stored(&mut admin, &t, "faults", p as u32) {
+                let have = done.iter().filter(|(q, o)| *q == p && *o <= stored).count() as u64;
+                assert_eq!(
+                    have,
+                    stored + 1,
+                    "round {round}: partition {p} stored {stored} but only {have} of those offsets are in objects"
+                );
+            }
+        }
+    }
+    let mut engine = Engine::start(dir.path(), "faults-last", &cfg);
+    wait_stored(
+        &mut engine,
+        &mut admin,
+        &t,
+        "faults",
+        PER_PARTITION - 1,
+        Duration::from_secs(240),
+    );
+    stop_clean(&mut engine, Duration::from_secs(60));
+    let all = records();
+    let want: Vec<(u64, u64)> = (0..2u64)
+        .flat_map(|p| (0..PER_PARTITION).map(move |o| (p, o)))
+        .collect();
+    assert!(
+        all == want,
+        "every offset in exactly one object: {} records for {} offsets",
+        all.len(),
+        want.len()
+    );
+    assert!(
+        proxy.stats().faults() > 0,
+        "the proxy injected no fault: {:?}",
+        proxy.stats()
+    );
+}
+
+#[test]
+fn record_interval_cuts_by_message_time_and_shutdown_flushes_or_leaves_open_objects() {
+    let s3 = S3Server::start().unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3time", 1);
+    let cfg = |name: &str, extra: &str| {
+        engine_sections(&iggy)
+            + &s3_sink(
+                name,
+                &t,
+                &s3,
+                &format!("prefix = \"{name}/\"\nidle_flush = \"0s\"\n{extra}"),
+            )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(
+        dir.path(),
+        "time",
+        &cfg(
+            "time",
+            "record_interval = \"1s\"\nmax_object_messages = 100000",
+        ),
+    );
+    send(&mut admin, &t, 0, "r", 0, 30);
+    std::thread::sleep(Duration::from_millis(1200));
+    send(&mut admin, &t, 0, "r", 30, 30);
+    // The first burst's object closes when a message of a later second arrives; the last one
+    // only at shutdown (idle flush is off), which flushes it.
+    wait_stored(&mut engine, &mut admin, &t, "time", 29, LONG);
+    stop_clean(&mut engine, Duration::from_secs(30));
+    assert_eq!(common::stored(&mut admin, &t, "time", 0), Some(59));
+    let objs = objects(&s3.bucket_dir().join("time"));
+    assert!(objs.len() >= 2, "{:?}", objs.keys());
+    let mut offsets = Vec::new();
+    for (key, body) in &objs {
+        let seconds: Vec<u64> = String::from_utf8(body.clone())
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                offsets.push(v["offset"].as_u64().unwrap());
+                v["timestamp"].as_u64().unwrap() / 1_000_000
+            })
+            .collect();
+        assert!(
+            seconds.windows(2).all(|w| w[0] == w[1]),
+            "{key}: one object per second of message time, got {seconds:?}"
+        );
+    }
+    offsets.sort_unstable();
+    assert_eq!(offsets, (0..60).collect::<Vec<_>>());
+
+    // on_shutdown = "leave": the open object is dropped and its offsets stay uncommitted.
+    let mut engine = Engine::start(
+        dir.path(),
+        "leave",
+        &cfg("leave", "on_shutdown = \"leave\""),
+    );
+    let deadline = std::time::Instant::now() + LONG;
+    while !engine.log().contains("resuming at offset") {
+        assert!(std::time::Instant::now() < deadline, "{}", engine.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop_clean(&mut engine, Duration::from_secs(30));
+    assert_eq!(common::stored(&mut admin, &t, "leave", 0), None);
+    assert!(
+        !s3.bucket_dir().join("leave").exists()
+            || objects(&s3.bucket_dir().join("leave")).is_empty()
+    );
+}

@@ -726,10 +726,12 @@ impl Sink for S3Sink {
             match self.cfg.on_shutdown {
                 OnShutdown::Flush if Instant::now() < deadline => self.close(slot).await?,
                 _ => {
-                    if let Some(open) = self.parts[slot].as_mut().and_then(|w| w.open.take())
-                        && let Some(upload) = open.upload
-                    {
-                        let _ = upload.abort().await;
+                    if let Some(open) = self.parts[slot].as_mut().and_then(|w| w.open.take()) {
+                        // Left for the next run: the engine need not wait for these offsets.
+                        self.acks.redeliver(slot, open.first.offset);
+                        if let Some(upload) = open.upload {
+                            let _ = upload.abort().await;
+                        }
                     }
                 }
             }
