@@ -7,6 +7,7 @@
 //! spillway-bench s3 [--quick] [--out FILE]
 //! spillway-bench engine [--quick] [--out FILE]
 //! spillway-bench mqtt [--quick] [--out FILE]
+//! spillway-bench s3-sink [--quick] [--out FILE]
 //! ```
 
 mod codec;
@@ -15,6 +16,7 @@ mod harness;
 mod mqtt;
 mod report;
 mod s3;
+mod s3_sink;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -44,6 +46,10 @@ scenarios:
            subscriber; window 100) and to an in-process discard broker (window 1000);
            msgs/s, publisher CPU µs/msg, mosquitto's CPU share (rumqttc needs the default
            `peers` feature; without it ours alone is measured)
+  s3-sink  the engine's S3 sink end to end: the Iggy stand-in to s3s-fs, 1 KiB messages,
+           json_lines, 64 MiB objects, 8 MiB parts; uncompressed, gzip and zstd; beside
+           the same bytes uploaded by rust-s3 0.38 as 8 MiB PutObjects (needs the default
+           `peers` feature) and by spillway-s3 alone; MB/s, CPU s/GiB, s3s-fs's CPU share
 
 options:
   --quick     fewer and shorter runs, smaller objects (CI smoke); the JSON is still written
@@ -57,6 +63,7 @@ enum Scenario {
     S3,
     Engine,
     Mqtt,
+    S3Sink,
 }
 
 impl Scenario {
@@ -66,6 +73,7 @@ impl Scenario {
             Scenario::S3 => "s3",
             Scenario::Engine => "engine",
             Scenario::Mqtt => "mqtt",
+            Scenario::S3Sink => "s3_sink",
         }
     }
 
@@ -75,6 +83,7 @@ impl Scenario {
             "s3" => Some(Scenario::S3),
             "engine" => Some(Scenario::Engine),
             "mqtt" => Some(Scenario::Mqtt),
+            "s3-sink" => Some(Scenario::S3Sink),
             _ => None,
         }
     }
@@ -201,6 +210,20 @@ fn run(opts: &Options) -> Result<(), String> {
             problems = out.problems;
             out.rows
         }
+        Scenario::S3Sink => {
+            eprintln!(
+                "spillway-bench s3-sink: {}",
+                if opts.quick {
+                    "quick (one run, 32 MiB)"
+                } else {
+                    "3 runs per client of 512 MiB, a few minutes"
+                }
+            );
+            let (rows, text) = s3_sink::run(opts.quick, &mut progress)?;
+            eprintln!("{:70}", "");
+            print!("{text}");
+            rows
+        }
     };
     let path = opts
         .out
@@ -276,5 +299,13 @@ mod tests {
             }))
         ));
         assert!(parse_args(&args(&["codec", "--out"])).is_err());
+        assert!(matches!(
+            parse_args(&args(&["s3-sink", "--quick"])),
+            Ok(Command::Run(Options {
+                scenario: Scenario::S3Sink,
+                quick: true,
+                out: None
+            }))
+        ));
     }
 }

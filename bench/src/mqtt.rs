@@ -50,7 +50,7 @@
 //! (`true`/`false`) overrides the sink's `ack_batching`. Built without the `peers`
 //! feature the peer is compiled out and ours is measured alone.
 
-mod cpu;
+pub(crate) mod cpu;
 mod discard;
 mod ours;
 #[cfg(feature = "peers")]

@@ -27,7 +27,7 @@ mod cpu;
 mod discard;
 mod ours;
 #[cfg(feature = "peers")]
-mod peers;
+pub(crate) mod peers;
 
 /// Stand-ins for the peers when they are not compiled in.
 #[cfg(not(feature = "peers"))]

@@ -59,12 +59,13 @@ pub fn payload_field(out: &mut Vec<u8>, payload: &[u8], encoding: PayloadEncodin
         PayloadEncoding::Auto => {
             if is_json(payload) {
                 out.extend_from_slice(b"\"payload\":");
-                out.extend(
-                    payload
-                        .iter()
-                        .copied()
-                        .filter(|&b| b != b'\n' && b != b'\r'),
-                );
+                // Copied in runs between line breaks (most payloads have none).
+                let mut rest = payload;
+                while let Some(i) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+                    out.extend_from_slice(&rest[..i]);
+                    rest = &rest[i + 1..];
+                }
+                out.extend_from_slice(rest);
             } else if std::str::from_utf8(payload).is_ok() {
                 out.extend_from_slice(b"\"payload\":");
                 string(out, payload);

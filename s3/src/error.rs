@@ -37,10 +37,11 @@ impl fmt::Display for S3Error {
 }
 
 impl S3Error {
-    /// Whether sending the same request again may succeed: 5xx, 503 SlowDown, 408, 429 and
-    /// the codes S3 documents as transient.
+    /// Whether sending the same request again may succeed: 5xx (but 501 Not Implemented and
+    /// 505 HTTP Version Not Supported, which a store answers every time), 503 SlowDown, 408,
+    /// 429 and the codes S3 documents as transient.
     pub fn is_retryable(&self) -> bool {
-        matches!(self.status, 500..=599 | 408 | 429)
+        (matches!(self.status, 500..=599 | 408 | 429) && !matches!(self.status, 501 | 505))
             || matches!(
                 self.code.as_str(),
                 "SlowDown"

@@ -1372,3 +1372,22 @@ fn delete_object_request_and_parse() {
     );
     assert_eq!(e.code, "AccessDenied");
 }
+
+#[test]
+fn not_implemented_is_not_retried_but_other_5xx_are() {
+    use spillway_s3::S3Error;
+    let err = |status: u16, code: &str| S3Error {
+        status,
+        code: code.to_owned(),
+        message: None,
+        request_id: None,
+        host_id: None,
+        resource: None,
+    };
+    // A store without ListMultipartUploads (s3s-fs) answers 501 every time.
+    assert!(!err(501, "NotImplemented").is_retryable());
+    assert!(!err(505, "Http505").is_retryable());
+    assert!(err(500, "InternalError").is_retryable());
+    assert!(err(502, "Http502").is_retryable());
+    assert!(err(503, "SlowDown").is_retryable());
+}

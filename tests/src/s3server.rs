@@ -215,6 +215,11 @@ impl S3Server {
         self.process.log_tail(lines)
     }
 
+    /// The server's process id while it runs (to read its CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
+    }
+
     /// Whether the server process is running.
     pub fn is_running(&mut self) -> bool {
         self.process.is_running()

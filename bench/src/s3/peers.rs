@@ -149,7 +149,7 @@ fn joined(r: Joined) -> Result<CompletedPart, String> {
     }
 }
 
-fn rust_s3_bucket(t: &Target) -> Result<Box<s3::Bucket>, String> {
+pub(crate) fn rust_s3_bucket(t: &Target) -> Result<Box<s3::Bucket>, String> {
     let credentials =
         s3::creds::Credentials::new(Some(&t.access_key), Some(&t.secret_key), None, None, None)
             .map_err(|e| format!("rust-s3 credentials: {e}"))?;

@@ -449,3 +449,70 @@ pub fn tail(log: &str, n: usize) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
+
+// ---------------------------------------------------------------- metrics and process helpers
+
+/// `GET /metrics` from the engine's endpoint at `addr` over a plain TCP connection; the body,
+/// or `None` while the endpoint does not answer (not bound yet, or the engine has exited).
+pub fn scrape_metrics(addr: std::net::SocketAddr) -> Option<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).ok()?;
+    let reply = String::from_utf8(reply).ok()?;
+    let (head, body) = reply.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+}
+
+/// The value of metric `name` on the sample whose labels include `sink="<sink>"`, from a
+/// Prometheus text body.
+pub fn metric_of_sink(body: &str, name: &str, sink: &str) -> Option<f64> {
+    let label = format!("sink=\"{sink}\"");
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+        .filter(|l| l.contains(&label))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// A `/proc/<pid>/status` field in KiB (`VmHWM`: peak resident set size, `VmRSS` …); `None`
+/// once the process has exited (a zombie has no memory fields).
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The object files s3s-fs stores under a bucket directory: (key, path, size), skipping its
+/// own bookkeeping (names starting with a dot, `.metadata.json` sidecars, `.upload` parts).
+pub fn object_files(bucket_dir: &Path) -> Vec<(String, PathBuf, u64)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf, u64)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else if !name.ends_with(".metadata.json") && !name.contains(".upload") {
+                let key = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                let size = std::fs::metadata(&path).unwrap().len();
+                out.push((key, path, size));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(bucket_dir, bucket_dir, &mut out);
+    out.sort();
+    out
+}

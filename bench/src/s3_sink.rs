@@ -1,0 +1,688 @@
+//! `spillway-bench s3-sink`: the S3 sink end to end. The Iggy stand-in (in this process; or
+//! the real server named by `SPILLWAY_TEST_IGGY`) holds a topic of 4 partitions filled
+//! beforehand with 1 KiB JSON messages; the engine (in-process, one shard) reads it with a
+//! fresh consumer per run and writes json_lines objects of 64 MiB in 8 MiB parts (2 in flight
+//! per partition) to an s3s-fs the bench starts, uncompressed, gzip and zstd ([`ours`]).
+//!
+//! Beside it, in the same run and to the same s3s-fs, the same json_lines bytes (those ours
+//! wrote in its first uncompressed run, read back from s3s-fs) are uploaded
+//!
+//! - by the peer, rust-s3 0.38, as 8 MiB objects with one PutObject after another, which is
+//!   how Apache Iggy's S3 sink uploads ([`peer`]; behind the `peers` feature);
+//! - by spillway-s3's uploader alone, in the sink's pattern (4 streams of 64 MiB objects,
+//!   8 MiB parts, 2 in flight), to show what the store takes at most ([`uploader`]).
+//!
+//! Figures, each the median of the runs (3; 1 with `--quick`, which also moves 16x less data):
+//!
+//! - **MB/s of payload**: the messages' payload bytes (1 KiB each) over the wall time; for
+//!   ours from the engine's start until Iggy holds the last offset of every partition, for the
+//!   others from the first request to the last answer. Also **object MB/s**: bytes stored.
+//! - **CPU s per GiB of payload**: the CPU time (user + system) of the client's threads per
+//!   GiB of payload: for ours the engine's threads (control, shard, any io_uring worker), not
+//!   the stand-in's (see [`threads`] for how they are told apart); for the others the thread
+//!   they run on. All rows divide by the same payload GiB, so they compare directly.
+//! - **s3s-fs CPU**: the server's CPU time over the run's wall time, in % of one core (it is
+//!   multi-threaded; this machine's cores are shared by all the parts), and the stand-in's.
+//!
+//! Every run is checked: every offset stored, the objects' JSON lines counted (after gunzip or
+//! zstd decoding) against the messages sent, the uploaded bytes against the data; then the
+//! objects are removed.
+
+mod data;
+mod ours;
+#[cfg(feature = "peers")]
+mod peer;
+mod threads;
+mod uploader;
+
+/// A stand-in for the peer when it is not compiled in.
+#[cfg(not(feature = "peers"))]
+mod peer {
+    use super::Measure;
+
+    pub const AVAILABLE: bool = false;
+    pub const FILE: usize = 8 << 20;
+
+    pub fn run(_: &spillway_tests::S3Server, _: &[u8], _: &str) -> Result<Measure, String> {
+        Err("built without the `peers` feature".to_owned())
+    }
+}
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use spillway::coremap::Machine;
+use spillway_tests::{IggyServer, S3Server};
+
+use crate::mqtt::cpu::ProcessCpu;
+use crate::report::{self, Better, Row};
+use data::Codec;
+use threads::{Split, ThreadMeter};
+
+pub const MIB: u64 = 1 << 20;
+const GIB: f64 = (1u64 << 30) as f64;
+const PARTITIONS: u32 = 4;
+const TOPIC: &str = "events";
+
+pub const PEER: &str = "rust-s3 0.38 PutObject 8MiB";
+const NO_PEER: &str = "none (built without peers)";
+const LIMIT: &str = "spillway-s3 alone (store limit)";
+/// Comma-separated client tags (`ours-none`, `ours-gzip`, `ours-zstd`, `uploader`, `peer`) to
+/// measure only those, for profiling (`uploader` and `peer` bring `ours-none` along: they
+/// upload its bytes).
+const ONLY_ENV: &str = "SPILLWAY_BENCH_S3_SINK_CLIENTS";
+
+/// The issue's goals: ours at the store's limit (within 10% of what the store takes from
+/// the uploader alone), with at most a third of the peer's CPU per GiB.
+const TARGET_OF_LIMIT: f64 = 0.9;
+const TARGET_CPU_VS_PEER: f64 = 3.0;
+
+/// What one run measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Measure {
+    pub wall: Duration,
+    pub split: Split,
+    /// s3s-fs's CPU time over the run.
+    pub server_cpu: Option<Duration>,
+}
+
+/// Runs `run` on a new thread named `name`, after `prepare` (on the same thread, before the
+/// clock and the meter start); the wall time from its start to the thread's end, and the CPU
+/// split over that time (the thread and any it started are the measured side).
+pub fn timed<P, R: Send>(
+    name: &str,
+    s3: &S3Server,
+    prepare: impl FnOnce() -> Result<P, String> + Send,
+    run: impl FnOnce(P) -> Result<R, String> + Send,
+) -> Result<(Measure, R), String> {
+    let server = s3.pid().map(ProcessCpu::of);
+    std::thread::scope(|scope| {
+        let (ready_tx, ready) = mpsc::channel::<Result<u32, String>>();
+        let (go, go_rx) = mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn_scoped(scope, move || {
+                let prepared = match prepare() {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.clone()));
+                        return Err(e);
+                    }
+                };
+                let _ = ready_tx.send(Ok(threads::current_tid()));
+                go_rx
+                    .recv()
+                    .map_err(|_| "the bench gave up before the start".to_owned())?;
+                run(prepared)
+            })
+            .map_err(|e| format!("spawning {name}: {e}"))?;
+        let tid = ready
+            .recv()
+            .map_err(|_| format!("{name} ended before it was ready"))??;
+        let mut meter = ThreadMeter::start(&[tid]);
+        let server_before = server.as_ref().and_then(ProcessCpu::read);
+        let start = Instant::now();
+        go.send(())
+            .map_err(|_| format!("{name} ended before the start"))?;
+        let result = handle.join().map_err(|_| format!("{name} panicked"))?;
+        let wall = start.elapsed();
+        let split = meter.finish();
+        let server_after = server.as_ref().and_then(ProcessCpu::read);
+        let r = result?;
+        Ok((
+            Measure {
+                wall,
+                split,
+                server_cpu: server_before
+                    .zip(server_after)
+                    .map(|(b, a)| a.saturating_sub(b)),
+            },
+            r,
+        ))
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    Ours(Codec),
+    Uploader,
+    Peer,
+}
+
+impl Client {
+    fn name(self) -> String {
+        match self {
+            Client::Ours(c) => format!("ours, json_lines, {}", c.name()),
+            Client::Uploader => LIMIT.to_owned(),
+            Client::Peer => PEER.to_owned(),
+        }
+    }
+
+    fn tag(self) -> String {
+        match self {
+            Client::Ours(c) => format!("ours-{}", c.name()),
+            Client::Uploader => "uploader".to_owned(),
+            Client::Peer => "peer".to_owned(),
+        }
+    }
+}
+
+/// One run of one client, checked.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    measure: Measure,
+    /// Bytes stored.
+    stored: u64,
+}
+
+/// The medians of one client.
+#[derive(Debug, Clone, Copy)]
+struct Summary {
+    client: Client,
+    payload_mb_s: f64,
+    payload_mb_s_range: (f64, f64),
+    object_mb_s: f64,
+    cpu_s_per_gib: f64,
+    /// s3s-fs's CPU in % of one core.
+    server_percent: f64,
+    /// The stand-in's CPU in % of one core.
+    stand_in_percent: f64,
+    /// Stored bytes per payload byte.
+    size_ratio: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn summarize(client: Client, samples: &[Sample], payload: u64) -> Summary {
+    let gib = payload as f64 / GIB;
+    let secs = |s: &Sample| s.measure.wall.as_secs_f64();
+    let mb: Vec<f64> = samples
+        .iter()
+        .map(|s| payload as f64 / secs(s) / 1e6)
+        .collect();
+    let percent =
+        |d: Option<Duration>, s: &Sample| d.map_or(f64::NAN, |d| 100.0 * d.as_secs_f64() / secs(s));
+    Summary {
+        client,
+        payload_mb_s_range: (
+            mb.iter().copied().fold(f64::INFINITY, f64::min),
+            mb.iter().copied().fold(0.0, f64::max),
+        ),
+        payload_mb_s: median(mb),
+        object_mb_s: median(
+            samples
+                .iter()
+                .map(|s| s.stored as f64 / secs(s) / 1e6)
+                .collect(),
+        ),
+        cpu_s_per_gib: median(
+            samples
+                .iter()
+                .map(|s| s.measure.split.measured.as_secs_f64() / gib)
+                .collect(),
+        ),
+        server_percent: median(
+            samples
+                .iter()
+                .map(|s| percent(s.measure.server_cpu, s))
+                .collect(),
+        ),
+        stand_in_percent: median(
+            samples
+                .iter()
+                .map(|s| percent(Some(s.measure.split.stand_in), s))
+                .collect(),
+        ),
+        size_ratio: median(
+            samples
+                .iter()
+                .map(|s| s.stored as f64 / payload as f64)
+                .collect(),
+        ),
+    }
+}
+
+/// How much.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    per_partition: u64,
+    runs: usize,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            // 32 MiB of payload.
+            Plan {
+                per_partition: 8 * 1024,
+                runs: 1,
+            }
+        } else {
+            // 512 MiB of payload.
+            Plan {
+                per_partition: 128 * 1024,
+                runs: 3,
+            }
+        }
+    }
+
+    fn messages(&self) -> u64 {
+        self.per_partition * u64::from(PARTITIONS)
+    }
+
+    fn payload(&self) -> u64 {
+        self.messages() * data::SIZE as u64
+    }
+}
+
+/// The core the shard runs on: the last allowed core (the control thread takes the first).
+fn shard_core() -> usize {
+    Machine::detect().cores.last().copied().unwrap_or(0)
+}
+
+fn remove(dir: &Path) -> Result<(), String> {
+    std::fs::remove_dir_all(dir).map_err(|e| format!("removing {}: {e}", dir.display()))
+}
+
+/// The bytes stored under `dir` (removed afterwards); an error when they are not `want`.
+fn check_upload(dir: &Path, want: u64, what: &str) -> Result<u64, String> {
+    let files = data::object_files(dir)?;
+    let mut bytes = 0;
+    for f in &files {
+        bytes += std::fs::metadata(f)
+            .map_err(|e| format!("{}: {e}", f.display()))?
+            .len();
+    }
+    remove(dir)?;
+    if bytes != want {
+        return Err(format!(
+            "{what}: {bytes} bytes stored in {} objects, not {want}",
+            files.len()
+        ));
+    }
+    Ok(bytes)
+}
+
+struct Fixture<'a> {
+    plan: Plan,
+    s3: &'a S3Server,
+    iggy: &'a IggyServer,
+    stream: &'a str,
+    core: usize,
+}
+
+/// One run of `client`; the json_lines bytes are kept from ours' first uncompressed run.
+fn one(
+    fx: &Fixture<'_>,
+    client: Client,
+    run: usize,
+    json: &mut Option<Bytes>,
+) -> Result<Sample, String> {
+    let bucket = fx.s3.bucket_dir();
+    let name = format!("s3sink-{}-{run}", client.tag());
+    match client {
+        Client::Ours(codec) => {
+            let measure = ours::run(&ours::Job {
+                iggy: fx.iggy,
+                stream: fx.stream,
+                topic: TOPIC,
+                partitions: PARTITIONS,
+                per_partition: fx.plan.per_partition,
+                s3: fx.s3,
+                name: &name,
+                codec,
+                core: fx.core,
+            })?;
+            let dir = bucket.join(&name);
+            let keep = codec == Codec::None && json.is_none();
+            let stored = data::read_objects(&dir, codec, keep)?;
+            remove(&dir)?;
+            if stored.lines != fx.plan.messages() {
+                return Err(format!(
+                    "{name}: {} JSON lines in {} objects, not {}",
+                    stored.lines,
+                    stored.objects,
+                    fx.plan.messages()
+                ));
+            }
+            if let Some(j) = stored.json {
+                *json = Some(Bytes::from(j));
+            }
+            Ok(Sample {
+                measure,
+                stored: stored.bytes,
+            })
+        }
+        Client::Uploader | Client::Peer => {
+            let Some(data) = json.as_ref() else {
+                return Err("no json_lines bytes from ours to upload".to_owned());
+            };
+            let prefix = format!("{name}/");
+            let measure = if client == Client::Uploader {
+                uploader::run(fx.s3, data, PARTITIONS as usize, &prefix)?
+            } else {
+                peer::run(fx.s3, data, &prefix)?
+            };
+            let stored = check_upload(&bucket.join(&name), data.len() as u64, &name)?;
+            Ok(Sample { measure, stored })
+        }
+    }
+}
+
+fn summary_table(summaries: &[Summary]) -> String {
+    let head = [
+        "client",
+        "payload MB/s",
+        "runs",
+        "object MB/s",
+        "CPU s/GiB",
+        "s3s-fs CPU",
+        "stand-in CPU",
+        "stored/payload",
+    ]
+    .map(str::to_owned);
+    let pct = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.0}%")
+        } else {
+            "-".to_owned()
+        }
+    };
+    let body: Vec<[String; 8]> = summaries
+        .iter()
+        .map(|s| {
+            [
+                s.client.name(),
+                format!("{:.1}", s.payload_mb_s),
+                format!(
+                    "{:.0}-{:.0}",
+                    s.payload_mb_s_range.0, s.payload_mb_s_range.1
+                ),
+                format!("{:.1}", s.object_mb_s),
+                format!("{:.3}", s.cpu_s_per_gib),
+                pct(s.server_percent),
+                if matches!(s.client, Client::Ours(_)) {
+                    pct(s.stand_in_percent)
+                } else {
+                    "-".to_owned()
+                },
+                format!("{:.3}", s.size_ratio),
+            ]
+        })
+        .collect();
+    report::text_table(&head, &body, |col| col == 0)
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "MISSED" }
+}
+
+/// Runs the scenario; returns the rows and the report to print.
+pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, String), String> {
+    if !threads::available() {
+        return Err(
+            "per-thread CPU times (/proc/self/task/*/schedstat) cannot be read here".to_owned(),
+        );
+    }
+    let plan = Plan::new(quick);
+    let s3 = S3Server::start().map_err(|e| format!("starting s3s-fs: {e}"))?;
+    let iggy = IggyServer::from_env_or_stand_in().map_err(|e| e.to_string())?;
+    let stream = format!(
+        "bench-s3sink-{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+    );
+    {
+        let mut admin = iggy.admin().map_err(|e| e.to_string())?;
+        admin.create_stream(&stream).map_err(|e| e.to_string())?;
+        admin
+            .create_topic(&stream, TOPIC, PARTITIONS)
+            .map_err(|e| e.to_string())?;
+        progress(&format!(
+            "filling {PARTITIONS} partitions with {} MiB of 1 KiB messages",
+            plan.payload() / MIB
+        ));
+        data::fill(&mut admin, &stream, TOPIC, PARTITIONS, plan.per_partition)?;
+    }
+    let fx = Fixture {
+        plan,
+        s3: &s3,
+        iggy: &iggy,
+        stream: &stream,
+        core: shard_core(),
+    };
+    let mut clients = vec![
+        Client::Ours(Codec::None),
+        Client::Ours(Codec::Gzip),
+        Client::Ours(Codec::Zstd),
+        Client::Uploader,
+    ];
+    if peer::AVAILABLE {
+        clients.push(Client::Peer);
+    }
+    if let Ok(only) = std::env::var(ONLY_ENV) {
+        let only: Vec<&str> = only.split(',').map(str::trim).collect();
+        clients.retain(|c| only.contains(&c.tag().as_str()));
+        // The others upload the bytes of ours' first uncompressed run.
+        if clients.iter().any(|c| !matches!(c, Client::Ours(_)))
+            && !clients.contains(&Client::Ours(Codec::None))
+        {
+            clients.insert(0, Client::Ours(Codec::None));
+        }
+    }
+    let mut json: Option<Bytes> = None;
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); clients.len()];
+    for run in 0..plan.runs {
+        // Each run starts with the next client, so that none is always first; the first run
+        // starts with ours uncompressed, whose objects the uploads of the others repeat.
+        let n = clients.len();
+        for i in (0..n).map(|k| (k + run) % n) {
+            let client = clients[i];
+            progress(&format!("{} run {}/{}", client.name(), run + 1, plan.runs));
+            samples[i].push(one(&fx, client, run, &mut json).map_err(|e| {
+                format!("{}: {e}\ns3s-fs log:\n{}", client.name(), s3.log_tail(10))
+            })?);
+        }
+    }
+    if let Ok(mut admin) = iggy.admin() {
+        let _ = admin.delete_stream(&stream);
+    }
+    let summaries: Vec<Summary> = clients
+        .iter()
+        .zip(&samples)
+        .map(|(&c, s)| summarize(c, s, plan.payload()))
+        .collect();
+    let find = |c: Client| summaries.iter().find(|s| s.client == c);
+    let peer = find(Client::Peer);
+    let limit = find(Client::Uploader);
+    let peer_name = if peer.is_some() { PEER } else { NO_PEER };
+
+    let payload_name = format!("{}MiB", plan.payload() / MIB);
+    let mut rows = Vec::new();
+    for codec in [Codec::None, Codec::Gzip, Codec::Zstd] {
+        let Some(o) = find(Client::Ours(codec)) else {
+            continue;
+        };
+        // The peer uploads the uncompressed json_lines: it is the peer of that row only.
+        let p = if codec == Codec::None { peer } else { None };
+        let name = if codec == Codec::None { peer_name } else { "-" };
+        let scenario = format!("iggy_to_s3_{payload_name}_1KiB_json_lines_{}", codec.name());
+        rows.push(Row {
+            scenario: scenario.clone(),
+            metric: "MB_per_s",
+            ours: o.payload_mb_s,
+            peer: p.map_or(f64::NAN, |p| p.payload_mb_s),
+            peer_name: name,
+            unit: "MB/s of payload",
+            better: Better::Higher,
+        });
+        rows.push(Row {
+            scenario: scenario.clone(),
+            metric: "cpu_s_per_GiB",
+            ours: o.cpu_s_per_gib,
+            peer: p.map_or(f64::NAN, |p| p.cpu_s_per_gib),
+            peer_name: name,
+            unit: "CPU s/GiB of payload",
+            better: Better::Lower,
+        });
+        rows.push(Row {
+            scenario,
+            metric: "s3s_fs_cpu_percent",
+            ours: o.server_percent,
+            peer: p.map_or(f64::NAN, |p| p.server_percent),
+            peer_name: name,
+            unit: "% of a core",
+            better: Better::Neither,
+        });
+    }
+    if let (Some(o), Some(l)) = (find(Client::Ours(Codec::None)), limit) {
+        rows.push(Row {
+            scenario: format!("iggy_to_s3_{payload_name}_1KiB_json_lines_none_vs_store_limit"),
+            metric: "object_MB_per_s",
+            ours: o.object_mb_s,
+            peer: l.object_mb_s,
+            peer_name: LIMIT,
+            unit: "MB/s stored",
+            better: Better::Higher,
+        });
+        rows.push(Row {
+            scenario: format!("store_limit_{payload_name}_json_lines"),
+            metric: "s3s_fs_cpu_percent",
+            ours: f64::NAN,
+            peer: l.server_percent,
+            peer_name: LIMIT,
+            unit: "% of a core",
+            better: Better::Neither,
+        });
+    }
+
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "\nspillway-bench s3-sink: {} MiB of payload ({} messages of 1 KiB JSON over {PARTITIONS} \
+         partitions) from the Iggy {} to s3s-fs ({}); json_lines, 64 MiB objects, 8 MiB parts, \
+         2 in flight; one shard on core {}; median of {} run(s){}",
+        plan.payload() / MIB,
+        plan.messages(),
+        if iggy.stand_in().is_some() {
+            "stand-in (in this process)"
+        } else {
+            "server"
+        },
+        s3.endpoint(),
+        fx.core,
+        plan.runs,
+        if peer::AVAILABLE {
+            ""
+        } else {
+            "; built without the `peers` feature: no peer measured"
+        }
+    );
+    let _ = writeln!(text, "\nevery client (MB = 10^6 bytes, wall clock)");
+    text.push_str(&summary_table(&summaries));
+    text.push_str(
+        "  payload MB/s: payload bytes / wall time (runs: slowest-fastest); object MB/s: bytes \
+         stored / wall time;\n  CPU s/GiB: the client's CPU (user + system; ours: the engine's \
+         threads, not the stand-in's) per GiB of payload;\n  s3s-fs / stand-in CPU: their CPU \
+         time over the wall time, % of one core; stored/payload: object bytes per payload byte\n\n",
+    );
+    text.push_str(&report::peer_table(
+        "throughput (median, higher is better)",
+        &rows,
+        "MB_per_s",
+    ));
+    text.push('\n');
+    text.push_str(&report::peer_table(
+        "CPU per GiB of payload (median, lower is better)",
+        &rows,
+        "cpu_s_per_GiB",
+    ));
+    let _ = writeln!(text, "\ntargets");
+    match (find(Client::Ours(Codec::None)), limit) {
+        (Some(o), Some(l)) => {
+            let r = o.object_mb_s / l.object_mb_s;
+            let _ = writeln!(
+                text,
+                "  at the s3s-fs throughput limit: ours (uncompressed) stores {:.1} MB/s, the store \
+                 takes {:.1} MB/s from spillway-s3 alone in the same pattern: {r:.2}x (goal >= \
+                 {TARGET_OF_LIMIT}x): {}; s3s-fs busy {:.0}% of a core under ours, {:.0}% under \
+                 the uploader alone",
+                o.object_mb_s,
+                l.object_mb_s,
+                verdict(r >= TARGET_OF_LIMIT),
+                o.server_percent,
+                l.server_percent,
+            );
+        }
+        _ => {
+            let _ = writeln!(text, "  at the s3s-fs throughput limit: not measured");
+        }
+    }
+    match (find(Client::Ours(Codec::None)), peer) {
+        (Some(o), Some(p)) => {
+            let r = p.cpu_s_per_gib / o.cpu_s_per_gib;
+            let _ = writeln!(
+                text,
+                "  CPU per GiB <= 1/3 of the peer's: ours {:.3} s/GiB, {PEER} {:.3} s/GiB: {r:.2}x \
+                 (goal >= {TARGET_CPU_VS_PEER}x): {}",
+                o.cpu_s_per_gib,
+                p.cpu_s_per_gib,
+                verdict(r >= TARGET_CPU_VS_PEER),
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                text,
+                "  CPU per GiB <= 1/3 of the peer's: not measured (no peer)"
+            );
+        }
+    }
+    let _ = writeln!(
+        text,
+        "\n  ours: the engine in-process, timed from its start until Iggy holds the last offset \
+         of every partition\n  (a drain is requested once every message is polled, so the last \
+         objects close without waiting idle_flush;\n  request_attempts = 1, see \
+         {ATTEMPTS_ENV} in bench/src/s3_sink/ours.rs);",
+        ATTEMPTS_ENV = ours::ATTEMPTS_ENV,
+    );
+    if peer::AVAILABLE {
+        let _ = writeln!(
+            text,
+            "  {PEER}: the same json_lines bytes ours stored (encoded once, by ours, before the \
+             peer's runs: the peer's\n  figures hold no encoding), {} MiB objects one PutObject \
+             after another, tokio current-thread runtime;",
+            peer::FILE >> 20,
+        );
+    }
+    let _ = writeln!(
+        text,
+        "  {LIMIT}: the same bytes, {PARTITIONS} streams of 64 MiB objects, 8 MiB parts, 2 in \
+         flight, one monoio thread"
+    );
+    Ok((rows, text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_are_whole_batches_and_the_quick_one_is_small() {
+        let quick = Plan::new(true);
+        let full = Plan::new(false);
+        assert_eq!(quick.payload(), 32 * MIB);
+        assert_eq!(full.payload(), 512 * MIB);
+        assert!(median(vec![3.0, 1.0, 2.0]) == 2.0);
+    }
+}

@@ -1,0 +1,218 @@
+//! The data of the s3-sink scenario: 1 KiB JSON payloads filled into the Iggy stand-in, and the
+//! objects read back from s3s-fs's data directory (checked, then removed).
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use spillway_tests::{IggyAdmin, TestMessage};
+
+/// Payload bytes per message.
+pub const SIZE: usize = 1024;
+
+const WORDS: &[&str] = &[
+    "pressure",
+    "valve",
+    "nominal",
+    "sensor",
+    "reading",
+    "flow",
+    "north",
+    "south",
+    "pump",
+    "cycle",
+    "alarm",
+    "cleared",
+    "stable",
+    "drift",
+    "calibrated",
+    "line",
+    "batch",
+    "queue",
+    "temperature",
+    "humidity",
+    "gateway",
+    "uplink",
+    "retry",
+    "ok",
+    "warn",
+    "spillway",
+    "gate",
+    "level",
+    "inflow",
+    "outflow",
+    "reservoir",
+    "turbine",
+    "rpm",
+    "load",
+    "phase",
+    "voltage",
+];
+
+/// The payload of message `seq` of `partition`: a JSON object of exactly [`SIZE`] bytes,
+/// some fields varying per message and a note of words, like a device event. It is valid
+/// JSON, so the json_lines encoder embeds it as JSON (`payload = "auto"`).
+pub fn payload(partition: u32, seq: u64) -> Vec<u8> {
+    let mut x = (seq + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(partition) << 48;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut s = format!(
+        "{{\"seq\":{seq},\"device\":\"sensor-{:04}\",\"site\":\"plant-{}\",\"temp\":{}.{:02},\
+         \"status\":\"{}\",\"note\":\"",
+        next() % 10_000,
+        next() % 8,
+        next() % 40,
+        next() % 100,
+        if next() % 20 == 0 { "alarm" } else { "ok" },
+    );
+    let end = "\"}";
+    while s.len() < SIZE - end.len() {
+        let w = WORDS[(next() % WORDS.len() as u64) as usize];
+        let room = SIZE - end.len() - s.len();
+        if room <= w.len() {
+            s.push_str(&"x".repeat(room));
+        } else {
+            s.push_str(w);
+            s.push(' ');
+        }
+    }
+    s.push_str(end);
+    s.into_bytes()
+}
+
+/// Sends `per_partition` messages to each of `partitions` partitions of `stream`/`topic`, in
+/// batches of 1000 (ids from 1).
+pub fn fill(
+    admin: &mut IggyAdmin,
+    stream: &str,
+    topic: &str,
+    partitions: u32,
+    per_partition: u64,
+) -> Result<(), String> {
+    for p in 0..partitions {
+        let mut sent = 0;
+        while sent < per_partition {
+            let n = (per_partition - sent).min(1000);
+            let batch: Vec<TestMessage> = (sent..sent + n)
+                .map(|seq| TestMessage::new(u128::from(seq) + 1, Bytes::from(payload(p, seq))))
+                .collect();
+            admin
+                .send(stream, topic, p, &batch)
+                .map_err(|e| format!("filling partition {p}: {e}"))?;
+            sent += n;
+        }
+    }
+    Ok(())
+}
+
+/// The object files under `dir` (a key prefix in s3s-fs's bucket directory), in key order,
+/// without s3s-fs's own bookkeeping files.
+pub fn object_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if name.starts_with('.') {
+                continue;
+            }
+            if path.is_dir() {
+                walk(&path, out)?;
+            } else if !name.ends_with(".metadata.json") && !name.contains(".upload") {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(dir, &mut out).map_err(|e| format!("listing {}: {e}", dir.display()))?;
+    out.sort();
+    Ok(out)
+}
+
+/// How an object was compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    None,
+    Gzip,
+    Zstd,
+}
+
+impl Codec {
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::None => "none",
+            Codec::Gzip => "gzip",
+            Codec::Zstd => "zstd",
+        }
+    }
+}
+
+/// What the objects under a prefix hold.
+#[derive(Debug, Default)]
+pub struct Stored {
+    pub objects: usize,
+    /// Bytes stored (compressed).
+    pub bytes: u64,
+    /// JSON lines after decompression.
+    pub lines: u64,
+    /// The decompressed bytes, when asked for.
+    pub json: Option<Vec<u8>>,
+}
+
+/// Reads every object under `dir`, decompresses it and counts its lines; keeps the json_lines
+/// bytes when `keep` (in key order: per partition, by first offset).
+pub fn read_objects(dir: &Path, codec: Codec, keep: bool) -> Result<Stored, String> {
+    let mut stored = Stored {
+        json: keep.then(Vec::new),
+        ..Stored::default()
+    };
+    for path in object_files(dir)? {
+        let raw = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        stored.objects += 1;
+        stored.bytes += raw.len() as u64;
+        let text = match codec {
+            Codec::None => raw,
+            Codec::Gzip => {
+                let mut out = Vec::with_capacity(raw.len() * 4);
+                flate2::read::MultiGzDecoder::new(&raw[..])
+                    .read_to_end(&mut out)
+                    .map_err(|e| format!("{}: gunzip: {e}", path.display()))?;
+                out
+            }
+            Codec::Zstd => zstd::stream::decode_all(&raw[..])
+                .map_err(|e| format!("{}: zstd: {e}", path.display()))?,
+        };
+        if text.last().is_some_and(|&b| b != b'\n') {
+            return Err(format!("{}: the last line is not ended", path.display()));
+        }
+        stored.lines += text.iter().filter(|&&b| b == b'\n').count() as u64;
+        if let Some(json) = &mut stored.json {
+            json.extend_from_slice(&text);
+        }
+    }
+    Ok(stored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_are_1_kib_of_json_and_differ() {
+        for (p, seq) in [(0, 0), (3, 1), (1, 999_999), (2, 12_345_678_901)] {
+            let v = payload(p, seq);
+            assert_eq!(v.len(), SIZE, "{p}/{seq}");
+            let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&v);
+            assert!(parsed.is_ok(), "{}", String::from_utf8_lossy(&v));
+        }
+        assert_ne!(payload(0, 1), payload(0, 2));
+        assert_ne!(payload(0, 1), payload(1, 1));
+    }
+}

@@ -1,0 +1,272 @@
+//! Ours: the Spillway engine in-process (`spillway::control::run_until`, as `spillway-bench
+//! engine` runs it) on one shard, reading the stand-in's topic with a fresh consumer and
+//! writing json_lines objects through the S3 sink to s3s-fs.
+//!
+//! Timed from the engine's start (its threads, the HeadBucket probe, the Iggy login are inside
+//! the clock) until Iggy holds the last offset of every partition, i.e. until every object is
+//! complete and its offsets are stored. The last object of each partition is smaller than
+//! `max_object_size`; rather than wait `idle_flush` for it, the bench asks the engine to drain
+//! (what SIGTERM does: open objects are closed at once) as soon as the engine's metrics show
+//! every message polled. Those metrics come from the shard every 250 ms, so the tail of a run
+//! holds up to about a quarter of a second of waiting, counted against ours.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use spillway::config;
+use spillway::coremap::{self, Machine};
+use spillway_tests::{IggyServer, S3Server, TestConsumer};
+
+use super::Measure;
+use super::data::Codec;
+use super::threads::ThreadMeter;
+use crate::mqtt::cpu::ProcessCpu;
+
+/// One run of ours.
+#[derive(Debug)]
+pub struct Job<'a> {
+    pub iggy: &'a IggyServer,
+    pub stream: &'a str,
+    pub topic: &'a str,
+    pub partitions: u32,
+    pub per_partition: u64,
+    pub s3: &'a S3Server,
+    /// The sink's name: its Iggy consumer (fresh per run) and its key prefix.
+    pub name: &'a str,
+    pub codec: Codec,
+    /// The shard's core.
+    pub core: usize,
+}
+
+/// `request_attempts` of the sink (default 1 here; the engine's default is 8). At start the
+/// sink lists the multipart uploads an earlier run left open; s3s-fs answers
+/// ListMultipartUploads with 501 NotImplemented, which the client counts as retryable (any
+/// 5xx), so with 8 attempts every run would first sit through about 8 s of backoff before
+/// polling anything. With 1 attempt that costs one round trip; a healthy run against s3s-fs on
+/// loopback needs no retry (a failed object would still be written again by the sink).
+pub const ATTEMPTS_ENV: &str = "SPILLWAY_BENCH_S3_SINK_ATTEMPTS";
+
+/// The sink's settings, as the issue gives them.
+pub const MAX_OBJECT: &str = "64MiB";
+pub const PART: &str = "8MiB";
+pub const PARTS_IN_FLIGHT: u32 = 2;
+
+fn config_text(job: &Job<'_>, metrics: SocketAddr) -> String {
+    format!(
+        r#"
+[iggy]
+address = "{iggy}"
+username = "{user}"
+password = "{password}"
+
+[runtime]
+cores = [{core}]
+shutdown_timeout = "120s"
+
+[metrics]
+address = "{metrics}"
+log_interval = "0s"
+
+[[sink]]
+name = "{name}"
+type = "s3"
+stream = "{stream}"
+topic = "{topic}"
+partitions = [{partitions}]
+batch_size = 1000
+commit_interval = "20ms"
+
+[sink.s3]
+bucket = "{bucket}"
+endpoint = "{endpoint}"
+region = "{region}"
+access_key_id = "{ak}"
+secret_access_key = "{sk}"
+prefix = "{name}/"
+format = "json_lines"
+compression = "{codec}"
+max_object_size = "{MAX_OBJECT}"
+part_size = "{PART}"
+parts_in_flight = {PARTS_IN_FLIGHT}
+idle_flush = "1s"
+request_attempts = {attempts}
+"#,
+        iggy = job.iggy.addr(),
+        user = job.iggy.username(),
+        password = job.iggy.password(),
+        core = job.core,
+        name = job.name,
+        stream = job.stream,
+        topic = job.topic,
+        partitions = (0..job.partitions)
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        bucket = job.s3.bucket(),
+        endpoint = job.s3.endpoint(),
+        region = job.s3.region(),
+        ak = job.s3.access_key(),
+        sk = job.s3.secret_key(),
+        codec = job.codec.name(),
+        attempts = std::env::var(ATTEMPTS_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(1),
+    )
+}
+
+/// `GET /metrics` of the engine; the body.
+fn scrape(addr: SocketAddr) -> Option<String> {
+    use std::io::{Read as _, Write as _};
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).ok()?;
+    reply
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+}
+
+/// The sum of a counter over the samples of sink `sink`.
+fn counter(body: &str, name: &str, sink: &str) -> u64 {
+    let label = format!("sink=\"{sink}\"");
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+/// Runs the engine until Iggy holds the last offset of every partition for `job.name`.
+pub fn run(job: &Job<'_>) -> Result<Measure, String> {
+    let port = spillway_tests::ports::free_loopback_port().map_err(|e| e.to_string())?;
+    let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let text = config_text(job, metrics);
+    let cfg = config::parse(&text, std::path::Path::new("<bench>"), &|_| None)
+        .map_err(|e| format!("the engine refused the config: {e}\n{text}"))?;
+    let map = coremap::resolve(&cfg, &Machine::detect()).map_err(|(k, m)| format!("{k}: {m}"))?;
+    let consumer = TestConsumer::Named(job.name.to_owned());
+    // Opened before the meter starts: its stand-in connection thread counts as the bench's.
+    let mut watcher = job.iggy.admin().map_err(|e| e.to_string())?;
+    let last = job.per_partition - 1;
+    let total = job.per_partition * u64::from(job.partitions);
+    let server = job.s3.pid().map(ProcessCpu::of);
+
+    let stop = Arc::new(AtomicUsize::new(0));
+    let stop2 = Arc::clone(&stop);
+    let mut meter = ThreadMeter::start(&[]);
+    let server_before = server.as_ref().and_then(ProcessCpu::read);
+    let start = Instant::now();
+    let engine = std::thread::Builder::new()
+        .name("spillway-control".into())
+        .spawn(move || spillway::control::run_until(cfg, map, stop2))
+        .map_err(|e| format!("spawning the engine: {e}"))?;
+    let deadline = start + Duration::from_secs(600);
+    let mut drained = false;
+    let mut next_scrape = start;
+    let mut next_check = start;
+    let mut stored_all = false;
+    loop {
+        meter.sample();
+        if engine.is_finished() {
+            break;
+        }
+        let now = Instant::now();
+        if !drained && now >= next_scrape {
+            next_scrape = now + Duration::from_millis(20);
+            if scrape(metrics)
+                .is_some_and(|b| counter(&b, "spillway_messages_in_total", job.name) >= total)
+            {
+                stop.store(1, Ordering::SeqCst);
+                drained = true;
+            }
+        }
+        if now >= next_check {
+            next_check = now + Duration::from_millis(10);
+            let mut all = true;
+            for p in 0..job.partitions {
+                let s = watcher
+                    .stored_offset(&consumer, job.stream, job.topic, p)
+                    .map_err(|e| e.to_string())?;
+                if s != Some(last) {
+                    all = false;
+                    break;
+                }
+            }
+            if all {
+                stored_all = true;
+                break;
+            }
+        }
+        if now > deadline {
+            stop.store(2, Ordering::SeqCst);
+            return Err(format!(
+                "{}: not every offset stored within 10 minutes",
+                job.name
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let wall = start.elapsed();
+    let split = meter.finish();
+    let server_after = server.as_ref().and_then(ProcessCpu::read);
+
+    // Let the engine finish (it drains, or already has).
+    stop.store(1, Ordering::SeqCst);
+    let give_up = Instant::now() + Duration::from_secs(150);
+    while !engine.is_finished() && Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if !engine.is_finished() {
+        stop.store(2, Ordering::SeqCst);
+    }
+    let status = engine
+        .join()
+        .map_err(|_| "the engine thread panicked".to_owned())?;
+    if status != 0 {
+        return Err(format!(
+            "{}: the engine exited with status {status}",
+            job.name
+        ));
+    }
+    if !stored_all {
+        for p in 0..job.partitions {
+            let s = watcher
+                .stored_offset(&consumer, job.stream, job.topic, p)
+                .map_err(|e| e.to_string())?;
+            if s != Some(last) {
+                return Err(format!(
+                    "{}: the engine exited with partition {p} stored at {s:?}, not {last}",
+                    job.name
+                ));
+            }
+        }
+    }
+    Ok(Measure {
+        wall,
+        split,
+        server_cpu: server_before
+            .zip(server_after)
+            .map(|(b, a)| a.saturating_sub(b)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_summed_per_sink() {
+        let body = "# HELP x\nspillway_messages_in_total{shard=\"0\",sink=\"a\"} 10\n\
+                    spillway_messages_in_total{shard=\"1\",sink=\"a\"} 5\n\
+                    spillway_messages_in_total{shard=\"0\",sink=\"b\"} 7\n\
+                    spillway_messages_in_total_x{shard=\"0\",sink=\"a\"} 100\n";
+        assert_eq!(counter(body, "spillway_messages_in_total", "a"), 15);
+        assert_eq!(counter(body, "spillway_messages_in_total", "b"), 7);
+        assert_eq!(counter(body, "spillway_messages_in_total", "c"), 0);
+    }
+}

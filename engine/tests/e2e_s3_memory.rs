@@ -1,0 +1,206 @@
+//! The S3 sink's memory bound, end to end: 1 GiB from the `generate` source (one partition,
+//! 16,384 messages of 64 KiB, no rate limit) through the `spillway` binary (debug build) to
+//! s3s-fs started by the harness, as ONE multipart object of 8 MiB parts with 2 parts in
+//! flight. No Iggy server: the engine exits by itself once the object is complete.
+//!
+//! While it runs, the test scrapes the engine's `/metrics` every 100 ms for
+//! `spillway_sink_buffered_peak_bytes` (the most bytes the sink held at once: encoded output
+//! waiting for an upload plus parts being uploaded, counted by the sink and its uploader) and
+//! reads the process's peak RSS (`VmHWM`) as an independent check that the GiB was never held.
+//! Then it reads the object back from s3s-fs's data directory and compares every byte with
+//! what the generator produces.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Read as _;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use common::{Engine, metric_of_sink, object_files, proc_status_kib, scrape_metrics, tail};
+use spillway_tests::S3Server;
+use spillway_tests::ports::free_loopback_port;
+
+const MIB: u64 = 1 << 20;
+/// Payload bytes per message.
+const SIZE: u64 = 64 << 10;
+/// 16,384 x 64 KiB = 1 GiB.
+const MESSAGES: u64 = 16_384;
+const TOTAL: u64 = SIZE * MESSAGES;
+const PART: u64 = 8 * MIB;
+const IN_FLIGHT: u64 = 2;
+/// What the sink may hold: `part_size x (parts_in_flight + 1)` (README, and the uploader's
+/// docs) plus one encoded message of slack. Why one message: the sink hands the uploader its
+/// output one message (one chunk, 64 KiB here with `raw` and no separator) at a time, and the
+/// uploader counts a chunk before it cuts a part from its buffer. At its fullest it therefore
+/// holds `parts_in_flight` parts uploading, one part cut and waiting for a free slot, and less
+/// than one chunk left over after the cut. Before the object's upload exists the sink keeps
+/// its output itself until that is more than a part, i.e. at most a part plus one chunk, less
+/// than the above.
+const BOUND: u64 = PART * (IN_FLIGHT + 1) + SIZE;
+/// The engine process's peak RSS may not reach this (the debug build; it must not hold the
+/// GiB, nor a large share of it).
+const RSS_LIMIT_KIB: u64 = 512 * 1024;
+/// Generous for the debug build on two shared cores (a run takes about 10 to 20 s).
+const TIMEOUT: Duration = Duration::from_secs(180);
+const SINK: &str = "mem";
+
+/// The payload the `generate` source makes for `offset` (engine/src/generate.rs): a window of
+/// `SIZE` bytes starting at `(offset * 7) % 4096` in a buffer that repeats a 65-byte pattern.
+/// Returned as that buffer and the window's start, so the test builds it once.
+fn generator_pool() -> Vec<u8> {
+    let pattern = b"spillway generated payload 0123456789 abcdefghijklmnopqrstuvwxyz ";
+    let mut pool = Vec::with_capacity(SIZE as usize + 4096 + pattern.len());
+    while pool.len() < SIZE as usize + 4096 {
+        pool.extend_from_slice(pattern);
+    }
+    pool
+}
+
+fn payload_start(offset: u64) -> usize {
+    (offset as usize * 7) % 4096
+}
+
+fn config(s3: &S3Server, metrics: SocketAddr) -> String {
+    format!(
+        r#"
+[runtime]
+shutdown_timeout = "20s"
+
+[metrics]
+address = "{metrics}"
+log_interval = "2s"
+
+[[sink]]
+name = "{SINK}"
+type = "s3"
+source = "generate"
+
+[sink.generate]
+partitions = 1
+size = "64KiB"
+messages = {MESSAGES}
+rate = 0
+
+[sink.s3]
+bucket = "{bucket}"
+endpoint = "{endpoint}"
+region = "{region}"
+access_key_id = "{ak}"
+secret_access_key = "{sk}"
+format = "raw"
+separator = ""
+compression = "none"
+part_size = "8MiB"
+parts_in_flight = {IN_FLIGHT}
+max_object_size = "1GiB"
+"#,
+        bucket = s3.bucket(),
+        endpoint = s3.endpoint(),
+        region = s3.region(),
+        ak = s3.access_key(),
+        sk = s3.secret_key(),
+    )
+}
+
+#[test]
+fn one_gib_through_one_partition_stays_within_the_part_window() {
+    let s3 = S3Server::start().unwrap();
+    let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_loopback_port().unwrap()));
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let mut engine = Engine::start(dir.path(), "memory", &config(&s3, metrics));
+    let pid = engine.pid();
+
+    // Scrape until the engine exits by itself.
+    let mut peak_buffered: Option<u64> = None;
+    let mut scrapes = 0u32;
+    let mut hwm_kib: Option<u64> = None;
+    let status = loop {
+        if let Some(kib) = proc_status_kib(pid, "VmHWM") {
+            hwm_kib = Some(hwm_kib.unwrap_or(0).max(kib));
+        }
+        if let Some(body) = scrape_metrics(metrics) {
+            scrapes += 1;
+            if let Some(v) = metric_of_sink(&body, "spillway_sink_buffered_peak_bytes", SINK) {
+                peak_buffered = Some(peak_buffered.unwrap_or(0).max(v as u64));
+            }
+        }
+        if let Some(status) = engine.wait(Duration::from_millis(100)) {
+            break status;
+        }
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "the engine did not finish 1 GiB within {TIMEOUT:?} (peak buffered so far {peak_buffered:?}, \
+             VmHWM {hwm_kib:?} KiB)\n{}\ns3s-fs:\n{}",
+            tail(&engine.log(), 40),
+            s3.log_tail(20)
+        );
+    };
+    let elapsed = started.elapsed();
+    let log = engine.log();
+    assert!(
+        status.success(),
+        "the engine exited with {status:?}\n{}\ns3s-fs:\n{}",
+        tail(&log, 40),
+        s3.log_tail(20)
+    );
+
+    // The sink's own count of what it held.
+    let peak = peak_buffered.unwrap_or_else(|| {
+        panic!(
+            "no spillway_sink_buffered_peak_bytes{{sink=\"{SINK}\"}} in {scrapes} scrapes of \
+             http://{metrics}/metrics\n{}",
+            tail(&log, 20)
+        )
+    });
+    let hwm = hwm_kib.expect("VmHWM of the engine process");
+    eprintln!(
+        "1 GiB in {elapsed:.1?} ({:.0} MB/s), {scrapes} scrapes: peak buffered {peak} bytes \
+         ({:.2} MiB, bound {BOUND} = {:.2} MiB), engine VmHWM {hwm} KiB ({:.1} MiB)",
+        TOTAL as f64 / elapsed.as_secs_f64() / 1e6,
+        peak as f64 / MIB as f64,
+        BOUND as f64 / MIB as f64,
+        hwm as f64 / 1024.0
+    );
+    assert!(
+        peak >= PART,
+        "peak buffered {peak}: a part is held whole while it uploads, so at least {PART}"
+    );
+    assert!(
+        peak <= BOUND,
+        "peak buffered {peak} bytes is over part_size x (parts_in_flight + 1) + one message = \
+         {BOUND}"
+    );
+    assert!(
+        hwm < RSS_LIMIT_KIB,
+        "the engine's peak RSS was {hwm} KiB, not under {RSS_LIMIT_KIB} KiB"
+    );
+
+    // One object of exactly 1 GiB, holding the payloads of offsets 0..16384 back to back.
+    let objects = object_files(&s3.bucket_dir());
+    assert_eq!(
+        objects.len(),
+        1,
+        "one object expected: {:?}",
+        objects.iter().map(|(k, _, n)| (k, n)).collect::<Vec<_>>()
+    );
+    let (key, path, size) = &objects[0];
+    assert!(key.ends_with("0-00000000000000000000.bin"), "{key}");
+    assert_eq!(*size, TOTAL, "{key}: size");
+    let pool = generator_pool();
+    let mut file = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(path).unwrap());
+    let mut chunk = vec![0u8; SIZE as usize];
+    for offset in 0..MESSAGES {
+        file.read_exact(&mut chunk).unwrap();
+        let start = payload_start(offset);
+        assert!(
+            chunk[..] == pool[start..start + SIZE as usize],
+            "{key}: bytes {}..{} are not the payload of offset {offset}",
+            offset * SIZE,
+            (offset + 1) * SIZE
+        );
+    }
+    assert_eq!(file.read(&mut chunk).unwrap(), 0, "{key}: trailing bytes");
+}
