@@ -36,7 +36,14 @@ pub fn string(out: &mut Vec<u8>, s: &[u8]) {
 
 /// Whether `payload` is one complete JSON value.
 pub fn is_json(payload: &[u8]) -> bool {
-    !payload.is_empty() && serde_json::from_slice::<serde::de::IgnoredAny>(payload).is_ok()
+    // Most payloads that are not JSON give themselves away at their first byte; only the
+    // others pay for a full parse.
+    let first = payload.iter().find(|b| !b.is_ascii_whitespace());
+    let may_be = matches!(
+        first,
+        Some(b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b't' | b'f' | b'n')
+    );
+    may_be && serde_json::from_slice::<serde::de::IgnoredAny>(payload).is_ok()
 }
 
 /// Appends `"payload": ...` (or `"payload_base64": "..."`) for `payload` under `encoding`:
@@ -91,6 +98,25 @@ mod tests {
         assert_eq!(s(b"a\"b\\c\nd\x01"), r#""a\"b\\c\nd\u0001""#);
         let v: serde_json::Value = serde_json::from_str(&s(b"tab\there")).unwrap_or_default();
         assert_eq!(v, "tab\there");
+    }
+
+    #[test]
+    fn json_is_recognised() {
+        for yes in [
+            &b"{}"[..],
+            b" [1]",
+            b"\"s\"",
+            b"-1",
+            b"12",
+            b"true",
+            b"false",
+            b"null",
+        ] {
+            assert!(is_json(yes), "{:?}", String::from_utf8_lossy(yes));
+        }
+        for no in [&b""[..], b"  ", b"m-p0-1", b"{", b"tru", b"nul l", b"\xff"] {
+            assert!(!is_json(no), "{:?}", String::from_utf8_lossy(no));
+        }
     }
 
     #[test]

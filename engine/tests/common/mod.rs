@@ -416,6 +416,12 @@ pub fn wait_stored(
 
 /// Sends SIGTERM and asserts that the engine exits 0 within `timeout`.
 pub fn stop_clean(engine: &mut Engine, timeout: Duration) {
+    // The engine installs its signal handlers before it logs "running"; a SIGTERM sent
+    // earlier (a test whose work was already done by an earlier run) would kill it outright.
+    let ready = Instant::now() + Duration::from_secs(30);
+    while !engine.log().contains(" running") && engine.running() && Instant::now() < ready {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     engine.signal("TERM");
     let status = engine.wait(timeout).unwrap_or_else(|| {
         panic!(
