@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use common::{Engine, engine_sections, send, stop_clean, topic, wait_exit_code, wait_stored};
@@ -20,31 +20,12 @@ fn iggy() -> IggyServer {
     IggyServer::from_env_or_stand_in().unwrap()
 }
 
-/// Every object file under `dir` (s3s-fs keeps its own metadata in files it names with a
-/// leading dot or in sidecar directories, which are skipped).
+/// Every object under `dir`, by key, with its bytes (s3s-fs's bookkeeping skipped).
 fn objects(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path: PathBuf = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                continue;
-            }
-            if path.is_dir() {
-                walk(root, &path, out);
-            } else if !name.ends_with(".metadata.json") && !name.contains(".upload") {
-                let key = path
-                    .strip_prefix(root)
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned();
-                out.insert(key, std::fs::read(&path).unwrap());
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
+    common::object_files(dir)
+        .into_iter()
+        .map(|(key, path, _)| (key, std::fs::read(path).unwrap()))
+        .collect()
 }
 
 fn s3_sink(name: &str, t: &common::Topic, s3: &S3Server, extra: &str) -> String {

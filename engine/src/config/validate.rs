@@ -59,17 +59,14 @@ pub(super) fn validate(config: &Config) -> Result<(), Problem> {
 
 fn validate_iggy(config: &Config) -> Result<(), Problem> {
     let iggy = &config.iggy;
-    match iggy.address.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
-        _ => {
-            return Err(problem(
-                "iggy.address",
-                format!(
-                    "{:?} is not host:port (e.g. \"127.0.0.1:8090\")",
-                    iggy.address
-                ),
-            ));
-        }
+    if !host_port(&iggy.address) {
+        return Err(problem(
+            "iggy.address",
+            format!(
+                "{:?} is not host:port (e.g. \"127.0.0.1:8090\")",
+                iggy.address
+            ),
+        ));
     }
     let has_password = iggy.username.is_some() && iggy.password.is_some();
     if iggy.token.is_none() && !has_password {
