@@ -5,45 +5,288 @@ use base64::Engine as _;
 
 use crate::config::PayloadEncoding;
 
+/// The index of the first byte of `s` that a JSON string cannot hold as it is: `"`, `\\` or
+/// a control character (below 0x20). Eight bytes at a time.
+fn find_special(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Per byte, the high bit is set where the byte is zero (for `x ^ c`: equal to c) or below
+    // 0x20. Borrows can mark bytes above a true hit, never below it: the lowest mark is exact.
+    let marks = |x: u64| {
+        let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+        zero(x ^ (ONES * u64::from(b'"')))
+            | zero(x ^ (ONES * u64::from(b'\\')))
+            | (x.wrapping_sub(ONES * 0x20) & !x & HIGH)
+    };
+    let mut chunks = s.chunks_exact(8);
+    let mut base = 0;
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let m = marks(u64::from_le_bytes(word));
+        if m != 0 {
+            return Some(base + m.trailing_zeros() as usize / 8);
+        }
+        base += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .map(|i| base + i)
+}
+
 /// Appends `s` as a JSON string literal.
 pub fn string(out: &mut Vec<u8>, s: &[u8]) {
     out.push(b'"');
     let text = String::from_utf8_lossy(s);
-    let mut start = 0;
-    let bytes = text.as_bytes();
-    for (i, &b) in bytes.iter().enumerate() {
-        let esc: Option<&[u8]> = match b {
-            b'"' => Some(b"\\\""),
-            b'\\' => Some(b"\\\\"),
-            b'\n' => Some(b"\\n"),
-            b'\r' => Some(b"\\r"),
-            b'\t' => Some(b"\\t"),
-            0..=0x1f => None,
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[start..i]);
-        match esc {
-            Some(e) => out.extend_from_slice(e),
-            None => {
+    let mut rest = text.as_bytes();
+    while let Some(i) = find_special(rest) {
+        out.extend_from_slice(&rest[..i]);
+        let b = rest[i];
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            _ => {
                 let _ = std::io::Write::write_fmt(out, format_args!("\\u{b:04x}"));
             }
         }
-        start = i + 1;
+        rest = &rest[i + 1..];
     }
-    out.extend_from_slice(&bytes[start..]);
+    out.extend_from_slice(rest);
     out.push(b'"');
 }
 
-/// Whether `payload` is one complete JSON value.
+/// Nesting deeper than this is not taken for JSON (serde_json's own limit).
+const MAX_DEPTH: usize = 128;
+
+/// Whether `payload` is one complete JSON value (RFC 8259, UTF-8), with whitespace around it
+/// allowed. One pass, no allocation: this runs for every payload of a JSON sink in `auto`
+/// mode, where a parse by serde_json cost more than the rest of the encoding.
 pub fn is_json(payload: &[u8]) -> bool {
-    // Most payloads that are not JSON give themselves away at their first byte; only the
-    // others pay for a full parse.
+    // Most payloads that are not JSON give themselves away at their first byte.
     let first = payload.iter().find(|b| !b.is_ascii_whitespace());
     let may_be = matches!(
         first,
         Some(b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b't' | b'f' | b'n')
     );
-    may_be && serde_json::from_slice::<serde::de::IgnoredAny>(payload).is_ok()
+    may_be && std::str::from_utf8(payload).is_ok() && Scanner { p: payload, i: 0 }.document()
+}
+
+/// The validator behind [`is_json`]: a loop over values with the open containers kept as a
+/// bit stack (1 = object).
+struct Scanner<'a> {
+    p: &'a [u8],
+    i: usize,
+}
+
+impl Scanner<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.p.get(self.i).copied()
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, b: u8) -> bool {
+        if self.peek() == Some(b) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn document(mut self) -> bool {
+        let mut stack = [0u64; MAX_DEPTH / 64];
+        let mut depth = 0usize;
+        let is_object = |stack: &[u64], d: usize| stack[(d - 1) / 64] >> ((d - 1) % 64) & 1 == 1;
+        'value: loop {
+            // A value is expected.
+            self.skip_ws();
+            match self.peek() {
+                Some(open @ (b'{' | b'[')) => {
+                    self.i += 1;
+                    self.skip_ws();
+                    let close = if open == b'{' { b'}' } else { b']' };
+                    if !self.eat(close) {
+                        if depth == MAX_DEPTH {
+                            return false;
+                        }
+                        let (word, bit) = (depth / 64, depth % 64);
+                        if open == b'{' {
+                            stack[word] |= 1 << bit;
+                        } else {
+                            stack[word] &= !(1 << bit);
+                        }
+                        depth += 1;
+                        if open == b'{' && !self.key() {
+                            return false;
+                        }
+                        continue 'value;
+                    }
+                }
+                Some(b'"') => {
+                    if !self.string() {
+                        return false;
+                    }
+                }
+                Some(b't') => {
+                    if !self.literal(b"true") {
+                        return false;
+                    }
+                }
+                Some(b'f') => {
+                    if !self.literal(b"false") {
+                        return false;
+                    }
+                }
+                Some(b'n') => {
+                    if !self.literal(b"null") {
+                        return false;
+                    }
+                }
+                Some(b'-' | b'0'..=b'9') => {
+                    if !self.number() {
+                        return false;
+                    }
+                }
+                _ => return false,
+            }
+            // After a value: close containers, or a comma and the next member.
+            loop {
+                self.skip_ws();
+                if depth == 0 {
+                    return self.i == self.p.len();
+                }
+                let object = is_object(&stack, depth);
+                match self.peek() {
+                    Some(b',') => {
+                        self.i += 1;
+                        if object && !self.key() {
+                            return false;
+                        }
+                        continue 'value;
+                    }
+                    Some(b'}') if object => depth -= 1,
+                    Some(b']') if !object => depth -= 1,
+                    _ => return false,
+                }
+                self.i += 1;
+            }
+        }
+    }
+
+    /// An object member's name and its colon.
+    fn key(&mut self) -> bool {
+        self.skip_ws();
+        if self.peek() != Some(b'"') || !self.string() {
+            return false;
+        }
+        self.skip_ws();
+        self.eat(b':')
+    }
+
+    /// A string, at its opening quote.
+    fn string(&mut self) -> bool {
+        self.i += 1;
+        loop {
+            // Plain bytes in a run (UTF-8 was checked for the whole payload).
+            match find_special(&self.p[self.i..]) {
+                None => return false,
+                Some(n) => self.i += n,
+            }
+            match self.p[self.i] {
+                b'"' => {
+                    self.i += 1;
+                    return true;
+                }
+                b'\\' => {
+                    self.i += 1;
+                    match self.peek() {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.i += 1,
+                        Some(b'u') => {
+                            // A surrogate escape must be a high one followed by a low one: a
+                            // lone one is valid JSON text but no reader makes a string of it.
+                            match self.hex4() {
+                                Some(0xD800..=0xDBFF) => {
+                                    if !(self.eat(b'\\')
+                                        && self.peek() == Some(b'u')
+                                        && matches!(self.hex4(), Some(0xDC00..=0xDFFF)))
+                                    {
+                                        return false;
+                                    }
+                                }
+                                Some(0xDC00..=0xDFFF) | None => return false,
+                                Some(_) => {}
+                            }
+                        }
+                        _ => return false,
+                    }
+                }
+                _ => return false, // a control character
+            }
+        }
+    }
+
+    /// At the `u` of a `\uXXXX` escape: the code unit, past it.
+    fn hex4(&mut self) -> Option<u32> {
+        let hex = self.p.get(self.i + 1..self.i + 5)?;
+        let mut n = 0;
+        for &h in hex {
+            n = n * 16 + char::from(h).to_digit(16)?;
+        }
+        self.i += 5;
+        Some(n)
+    }
+
+    fn literal(&mut self, word: &[u8]) -> bool {
+        if self.p[self.i..].starts_with(word) {
+            self.i += word.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.i;
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.i += 1;
+        }
+        self.i - start
+    }
+
+    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
+    fn number(&mut self) -> bool {
+        self.eat(b'-');
+        match self.peek() {
+            Some(b'0') => self.i += 1,
+            Some(b'1'..=b'9') => {
+                self.digits();
+            }
+            _ => return false,
+        }
+        if self.eat(b'.') && self.digits() == 0 {
+            return false;
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            self.i += 1;
+            if !self.eat(b'+') {
+                self.eat(b'-');
+            }
+            if self.digits() == 0 {
+                return false;
+            }
+        }
+        true
+    }
 }
 
 /// Appends `"payload": ...` (or `"payload_base64": "..."`) for `payload` under `encoding`:
@@ -68,7 +311,7 @@ pub fn payload_field(out: &mut Vec<u8>, payload: &[u8], encoding: PayloadEncodin
                 out.extend_from_slice(b"\"payload\":");
                 // Copied in runs between line breaks (most payloads have none).
                 let mut rest = payload;
-                while let Some(i) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+                while let Some(i) = memchr::memchr2(b'\n', b'\r', rest) {
                     out.extend_from_slice(&rest[..i]);
                     rest = &rest[i + 1..];
                 }
@@ -94,6 +337,30 @@ mod tests {
     }
 
     #[test]
+    fn special_bytes_are_found_first_in_any_position() {
+        for len in 0..40 {
+            for at in 0..len {
+                for special in [b'"', b'\\', 0u8, 0x1f, b'\n'] {
+                    // Bytes around the boundaries of the tricks: 0x20, 0x21, 0x5b, 0x5d, 0x80+.
+                    let mut s: Vec<u8> = (0..len)
+                        .map(|i| [0x20, 0x21, 0x5b, 0x5d, 0xc3, 0xff][i % 6])
+                        .collect();
+                    s[at] = special;
+                    if at + 1 < len {
+                        s[at + 1] = b'"';
+                    }
+                    assert_eq!(find_special(&s), Some(at), "{s:?}");
+                }
+            }
+            let plain: Vec<u8> = (0..len)
+                .map(|i| (0x20 + i * 7 % 0x60) as u8)
+                .filter(|&b| b != b'"' && b != b'\\')
+                .collect();
+            assert_eq!(find_special(&plain), None);
+        }
+    }
+
+    #[test]
     fn escapes() {
         assert_eq!(s(b"a\"b\\c\nd\x01"), r#""a\"b\\c\nd\u0001""#);
         let v: serde_json::Value = serde_json::from_str(&s(b"tab\there")).unwrap_or_default();
@@ -116,6 +383,182 @@ mod tests {
         }
         for no in [&b""[..], b"  ", b"m-p0-1", b"{", b"tru", b"nul l", b"\xff"] {
             assert!(!is_json(no), "{:?}", String::from_utf8_lossy(no));
+        }
+    }
+
+    /// serde_json's full parse, the reference for [`is_json`]; `None` for a number beyond
+    /// f64: JSON's grammar has no range (RFC 8259 section 6 leaves it to readers), serde_json
+    /// refuses such numbers before it looks further, and [`is_json`] checks the grammar only.
+    fn serde_says(p: &[u8]) -> Option<bool> {
+        match serde_json::from_slice::<serde_json::Value>(p) {
+            Ok(_) => Some(true),
+            Err(e) if e.to_string().starts_with("number out of range") => None,
+            Err(_) => Some(false),
+        }
+    }
+
+    #[test]
+    fn validator_agrees_with_serde_json_on_edge_cases() {
+        let cases: &[&[u8]] = &[
+            b"0",
+            b"-0",
+            b"01",
+            b"-",
+            b"1.",
+            b"1.5",
+            b".5",
+            b"1e5",
+            b"1E+5",
+            b"1e-5",
+            b"1e",
+            b"1e+",
+            b"-1.25e3",
+            b"2.",
+            b"[1,]",
+            b"[,1]",
+            b"[]",
+            b"[ ]",
+            b"{}",
+            b"{ }",
+            b"{\"a\":1,}",
+            b"{\"a\" : [true, false, null] }",
+            b"{\"a\"}",
+            b"{1:2}",
+            b"{\"a\":1 \"b\":2}",
+            b"[1 2]",
+            b"\"\\u00e9\"",
+            b"\"\\u00g9\"",
+            b"\"\\x\"",
+            b"\"a\tb\"",
+            b"\"a\\tb\"",
+            b"\"\\ud83d\\ude00\"",
+            b"\"\\ud83d\"",
+            b"\"\\ude00\"",
+            b"\"\\ud83d\\u0041\"",
+            b"\"\xc3\xa9\"",
+            b"\"\xc3\"",
+            b"[\"\xff\"]",
+            b"truee",
+            b"nul",
+            b"[true]x",
+            b" \n{\"a\":\n1}\r\n ",
+            b"{\"a\":{\"b\":[{}]}}",
+            b"[[[]]]",
+            b"[[[]]",
+            b"[]]",
+            b"{\"a\":1}}",
+            b"\"abc",
+            b"\"",
+            b"",
+        ];
+        for &c in cases {
+            assert_eq!(
+                Some(is_json(c)),
+                serde_says(c),
+                "{:?}",
+                String::from_utf8_lossy(c)
+            );
+        }
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(is_json(deep(100).as_bytes()));
+        assert!(!is_json(deep(300).as_bytes()));
+        // The grammar has no range: embedded as they are.
+        assert!(is_json(b"[1e400, -2E+999]"));
+    }
+
+    /// JSON-like text from a token alphabet, often valid, often not by a token.
+    fn jsonish() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let token = prop_oneof![
+            Just("{"),
+            Just("}"),
+            Just("["),
+            Just("]"),
+            Just(","),
+            Just(":"),
+            Just(" "),
+            Just("\n"),
+            Just("\"k\""),
+            Just("\"v\\n\\u0041\""),
+            Just("\"\\ud83d\\ude00\""),
+            Just("\"\\ud83d\""),
+            Just("true"),
+            Just("null"),
+            Just("-12.5e3"),
+            Just("0"),
+            Just("7"),
+            Just("\"é\""),
+            Just("\"\t\""),
+            Just("1."),
+            Just("\"\\q\""),
+        ];
+        proptest::collection::vec(token, 0..24).prop_map(|t| t.concat().into_bytes())
+    }
+
+    /// Valid JSON built from a value tree.
+    fn valid_json() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            any::<i64>().prop_map(serde_json::Value::from),
+            (-1e12f64..1e12).prop_map(serde_json::Value::from),
+            any::<bool>().prop_map(serde_json::Value::from),
+            ".{0,12}".prop_map(serde_json::Value::from),
+            Just(serde_json::Value::Null),
+        ];
+        let tree = leaf.prop_recursive(6, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::from),
+                proptest::collection::btree_map(".{0,6}", inner, 0..6)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        });
+        (tree, any::<bool>()).prop_map(|(v, pretty)| {
+            if pretty {
+                serde_json::to_vec_pretty(&v).unwrap_or_default()
+            } else {
+                serde_json::to_vec(&v).unwrap_or_default()
+            }
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_become_a_string_serde_json_reads_back(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            let mut out = Vec::new();
+            string(&mut out, &bytes);
+            let back: Result<String, _> = serde_json::from_slice(&out);
+            proptest::prop_assert_eq!(back.ok(), Some(String::from_utf8_lossy(&bytes).into_owned()));
+        }
+
+        #[test]
+        fn validator_agrees_with_serde_json(text in jsonish()) {
+            let want = serde_says(&text);
+            proptest::prop_assume!(want.is_some());
+            proptest::prop_assert_eq!(Some(is_json(&text)), want, "{:?}", String::from_utf8_lossy(&text));
+        }
+
+        #[test]
+        fn valid_json_is_recognised_and_embedded_whole(text in valid_json()) {
+            proptest::prop_assert!(is_json(&text), "{:?}", String::from_utf8_lossy(&text));
+            let mut out = b"{".to_vec();
+            payload_field(&mut out, &text, PayloadEncoding::Auto);
+            out.push(b'}');
+            let back: serde_json::Value = serde_json::from_slice(&out).unwrap_or_default();
+            let want: serde_json::Value = serde_json::from_slice(&text).unwrap_or_default();
+            proptest::prop_assert_eq!(&back["payload"], &want);
+            proptest::prop_assert!(!out.contains(&b'\n'));
+        }
+
+        #[test]
+        fn bytes_with_a_flipped_byte_agree_with_serde_json(text in valid_json(), at in proptest::prelude::any::<proptest::sample::Index>(), b in proptest::prelude::any::<u8>()) {
+            let mut text = text;
+            if !text.is_empty() {
+                let i = at.index(text.len());
+                text[i] = b;
+            }
+            let want = serde_says(&text);
+            proptest::prop_assume!(want.is_some());
+            proptest::prop_assert_eq!(Some(is_json(&text)), want, "{:?}", String::from_utf8_lossy(&text));
         }
     }
 

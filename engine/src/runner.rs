@@ -1075,13 +1075,13 @@ impl Runner {
                             }
                         }
                     }
-                    Outcome::Redeliver => {
+                    Outcome::Redeliver { not_before } => {
                         let before = part.tracker.unconfirmed_bytes();
                         let dropped = part.tracker.redeliver(ack.first);
                         stats.counters.redelivered += dropped;
                         let freed = before - part.tracker.unconfirmed_bytes();
                         unhold(freed);
-                        part.ready_at = Instant::now();
+                        part.ready_at = not_before.unwrap_or_else(Instant::now);
                     }
                 }
                 touched.push(ack.slot);

@@ -31,13 +31,13 @@ const TOTAL: u64 = SIZE * MESSAGES;
 const PART: u64 = 8 * MIB;
 const IN_FLIGHT: u64 = 2;
 /// What the sink may hold: `part_size x (parts_in_flight + 1)` (README, and the uploader's
-/// docs) plus one encoded message of slack. Why one message: the sink hands the uploader its
-/// output one message (one chunk, 64 KiB here with `raw` and no separator) at a time, and the
-/// uploader counts a chunk before it cuts a part from its buffer. At its fullest it therefore
-/// holds `parts_in_flight` parts uploading, one part cut and waiting for a free slot, and less
-/// than one chunk left over after the cut. Before the object's upload exists the sink keeps
-/// its output itself until that is more than a part, i.e. at most a part plus one chunk, less
-/// than the above.
+/// docs) plus one chunk of slack. The sink hands the uploader its output in chunks, at the end
+/// of each batch and within a batch once 64 KiB waits, so a chunk is less than 64 KiB plus one
+/// message: one message here (64 KiB with `raw` and no separator). The uploader counts a chunk
+/// before it cuts a part from its buffer, so at its fullest it holds `parts_in_flight` parts
+/// uploading, one part cut and waiting for a free slot, and less than one chunk left over after
+/// the cut. Before the object's upload exists the sink keeps its output itself until that is
+/// more than a part, i.e. at most a part plus one chunk, less than the above.
 const BOUND: u64 = PART * (IN_FLIGHT + 1) + SIZE;
 /// The engine process's peak RSS may not reach this (the debug build; it must not hold the
 /// GiB, nor a large share of it).

@@ -210,6 +210,12 @@ impl ObjectWriter {
         &self.held
     }
 
+    /// The same gauge, shared: it keeps counting after the writer is moved into a task that
+    /// closes or aborts it.
+    pub fn gauge(&self) -> Rc<Gauge> {
+        Rc::clone(&self.held)
+    }
+
     /// Whether `len` more bytes fit in this object (10,000 parts, 5 TiB). When they do not,
     /// close this object and start the next: [`ObjectWriter::append`] refuses them.
     pub fn has_room_for(&self, len: u64) -> bool {

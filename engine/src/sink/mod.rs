@@ -33,8 +33,12 @@ pub enum Outcome {
     Confirmed,
     /// Rejected for good; the reason goes to the error policy and the log.
     Failed(String),
-    /// Dropped by the sink: poll again from `first` (everything after it too).
-    Redeliver,
+    /// Dropped by the sink: poll again from `first` (everything after it too), not before
+    /// `not_before` when the sink asks for a backoff.
+    Redeliver {
+        /// No poll of the partition before this.
+        not_before: Option<Instant>,
+    },
 }
 
 /// One report from a sink.
@@ -109,8 +113,31 @@ impl Acks {
             slot,
             first: from,
             last: u64::MAX,
-            outcome: Outcome::Redeliver,
+            outcome: Outcome::Redeliver { not_before: None },
         });
+    }
+
+    /// Partition `slot` must be delivered again from `from` on, not before `at` (a backoff:
+    /// the engine polls its other partitions meanwhile).
+    pub fn redeliver_at(&self, slot: usize, from: u64, at: Instant) {
+        self.push(Ack {
+            slot,
+            first: from,
+            last: u64::MAX,
+            outcome: Outcome::Redeliver {
+                not_before: Some(at),
+            },
+        });
+    }
+
+    /// Whether a redelivery of partition `slot` is queued and not yet taken by the engine: a
+    /// batch delivered now was polled before it and continues the dropped data.
+    pub fn redelivery_queued(&self, slot: usize) -> bool {
+        self.inner
+            .queue
+            .borrow()
+            .iter()
+            .any(|a| a.slot == slot && matches!(a.outcome, Outcome::Redeliver { .. }))
     }
 
     /// Moves the queued reports into `out`.

@@ -154,6 +154,8 @@ pub struct Encoder {
     scratch: Vec<u8>,
     /// csv: the headers column, before it is quoted.
     field: Vec<u8>,
+    /// JSON formats: the partition's metadata fields, rendered once.
+    prefix: Prefix,
     /// Records pushed into the current object.
     records: u64,
     /// Between begin() and finish().
@@ -229,6 +231,7 @@ impl Encoder {
             },
             scratch: Vec::with_capacity(4096),
             field: Vec::new(),
+            prefix: Prefix::default(),
             records: 0,
             open: false,
         })
@@ -269,14 +272,14 @@ impl Encoder {
         out.clear();
         match o.format {
             Format::JsonLines => {
-                json_record(out, o, p, m);
+                json_record(out, o, self.prefix.of(p), m);
                 out.push(b'\n');
             }
             Format::JsonArray => {
                 if self.records > 0 {
                     out.push(b',');
                 }
-                json_record(out, o, p, m);
+                json_record(out, o, self.prefix.of(p), m);
             }
             Format::Csv => csv_record(out, &mut self.field, o, p, m),
             Format::Raw => {
@@ -316,6 +319,11 @@ impl Encoder {
     /// keeps the object's total after finish(), until the next begin().
     pub fn output_len(&self) -> u64 {
         self.sink.taken + self.sink.out.filled as u64
+    }
+
+    /// Output bytes not taken yet.
+    pub fn waiting(&self) -> u64 {
+        self.sink.out.filled as u64
     }
 
     /// Uncompressed bytes encoded for this object so far.
@@ -636,19 +644,60 @@ impl OutBuf {
     }
 }
 
-/// One JSON record (the file sink's layout), without separator.
-fn json_record(out: &mut Vec<u8>, o: &FormatOptions, p: &PartitionInfo, m: &Message) {
+/// `"stream":..,"topic":..,"partition":N,` of the partition last asked for.
+#[derive(Default)]
+struct Prefix {
+    of: Option<(String, String, u32)>,
+    bytes: Vec<u8>,
+}
+
+impl Prefix {
+    fn of(&mut self, p: &PartitionInfo) -> &[u8] {
+        let same = self.of.as_ref().is_some_and(|(stream, topic, partition)| {
+            *partition == p.partition && **stream == *p.stream && **topic == *p.topic
+        });
+        if !same {
+            self.bytes.clear();
+            self.bytes.extend_from_slice(b"\"stream\":");
+            json::string(&mut self.bytes, p.stream.as_bytes());
+            self.bytes.extend_from_slice(b",\"topic\":");
+            json::string(&mut self.bytes, p.topic.as_bytes());
+            let _ = write!(self.bytes, ",\"partition\":{},", p.partition);
+            self.of = Some((p.stream.to_string(), p.topic.to_string(), p.partition));
+        }
+        &self.bytes
+    }
+}
+
+/// Appends `n` in decimal.
+fn decimal(out: &mut Vec<u8>, mut n: u128) {
+    let mut digits = [0u8; 39];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// One JSON record (the file sink's layout), without separator; `prefix` from [`Prefix`].
+fn json_record(out: &mut Vec<u8>, o: &FormatOptions, prefix: &[u8], m: &Message) {
     out.push(b'{');
     if o.metadata {
-        out.extend_from_slice(b"\"stream\":");
-        json::string(out, p.stream.as_bytes());
-        out.extend_from_slice(b",\"topic\":");
-        json::string(out, p.topic.as_bytes());
-        let _ = write!(
-            out,
-            ",\"partition\":{},\"offset\":{},\"id\":\"{}\",\"timestamp\":{},\"origin_timestamp\":{},",
-            p.partition, m.offset, m.id, m.timestamp, m.origin_timestamp
-        );
+        out.extend_from_slice(prefix);
+        out.extend_from_slice(b"\"offset\":");
+        decimal(out, u128::from(m.offset));
+        out.extend_from_slice(b",\"id\":\"");
+        decimal(out, m.id);
+        out.extend_from_slice(b"\",\"timestamp\":");
+        decimal(out, u128::from(m.timestamp));
+        out.extend_from_slice(b",\"origin_timestamp\":");
+        decimal(out, u128::from(m.origin_timestamp));
+        out.push(b',');
     }
     if o.headers && !m.headers.is_empty() {
         out.extend_from_slice(b"\"headers\":");
@@ -659,7 +708,6 @@ fn json_record(out: &mut Vec<u8>, o: &FormatOptions, p: &PartitionInfo, m: &Mess
     out.push(b'}');
 }
 
-/// The user headers as a JSON object of strings (up to the first malformed one).
 fn headers_object(out: &mut Vec<u8>, raw: &[u8]) {
     out.push(b'{');
     for (i, h) in message::headers(raw).map_while(Result::ok).enumerate() {

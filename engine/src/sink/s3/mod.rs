@@ -17,15 +17,17 @@
 pub mod format;
 pub mod key;
 
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use monoio::task::JoinHandle;
 use spillway_s3::client::{ClientConfig, S3Client};
 use spillway_s3::credentials::Credentials;
 use spillway_s3::endpoint::{AddressingStyle, Endpoint};
 use spillway_s3::options::{ObjectOptions, Sse};
-use spillway_s3::upload::{ObjectWriter, UploadConfig};
+use spillway_s3::upload::{Gauge, ObjectWriter, UploadConfig};
 use tracing::{debug, info, warn};
 
 use self::format::{Encoder, FormatOptions, Framing};
@@ -88,15 +90,44 @@ struct Open {
     upload: Option<ObjectWriter>,
 }
 
+/// What a partition's completion tasks share with its writer.
+struct Completion {
+    /// Set by a completion task whose object failed: the writer must drop its open object
+    /// (its offsets come after the failed one's, which are being polled again).
+    failed: Cell<bool>,
+    /// The next backoff after a failure (doubles up to `retry_max`, reset by a success).
+    backoff: Cell<Duration>,
+}
+
 /// One partition's writer.
 struct PartWriter {
     info: Rc<PartitionInfo>,
     encoder: Encoder,
     open: Option<Open>,
-    /// After a failed upload: no new object before this.
-    retry_at: Option<Instant>,
-    backoff: Duration,
+    shared: Rc<Completion>,
+    /// The task completing this partition's latest closed object; the next one waits for it,
+    /// so objects complete and markers move in offset order.
+    tail: Option<JoinHandle<bool>>,
 }
+
+/// Everything a completion task needs, cloned out of the sink.
+#[derive(Clone)]
+struct Finisher {
+    sink: Rc<str>,
+    client: Rc<S3Client>,
+    bucket: Rc<str>,
+    sse: Option<Sse>,
+    acks: Acks,
+    retry_min: Duration,
+    retry_max: Duration,
+    uploaded: Rc<Cell<u64>>,
+    failures: Rc<Cell<u64>>,
+}
+
+/// The encoder's output is handed to the upload at the end of each batch, and within a batch
+/// once this much waits: a chunk is then less than this plus one message, which keeps the
+/// part window's slack small (see `buffered`) while most chunks carry many messages.
+const TAKE_AT: u64 = 64 << 10;
 
 /// See the module docs.
 pub struct S3Sink {
@@ -109,10 +140,11 @@ pub struct S3Sink {
     upload: UploadConfig,
     parts: Vec<Option<PartWriter>>,
     key_buf: String,
-    uploaded: u64,
-    failures: u64,
+    finisher: Finisher,
+    /// Gauges of uploads being completed or aborted by tasks (pruned once a task is done).
+    detached: RefCell<Vec<Rc<Gauge>>>,
     /// Most bytes held at once (see `buffered`).
-    peak: std::cell::Cell<u64>,
+    peak: Cell<u64>,
 }
 
 impl std::fmt::Debug for S3Sink {
@@ -181,18 +213,30 @@ impl S3Sink {
             .options
             .validate()
             .map_err(|e| err(format!("s3 object options: {e}")))?;
+        let client = Rc::new(client);
+        let finisher = Finisher {
+            sink: config.name.as_str().into(),
+            client: Rc::clone(&client),
+            bucket: cfg.bucket.as_str().into(),
+            sse: upload.options.sse.clone(),
+            acks: acks.clone(),
+            retry_min: cfg.retry_min.0,
+            retry_max: cfg.retry_max.0,
+            uploaded: Rc::default(),
+            failures: Rc::default(),
+        };
         Ok(S3Sink {
             name: config.name.clone(),
-            client: Rc::new(client),
+            client,
             acks,
             template,
             tz,
             upload,
             parts: Vec::new(),
             key_buf: String::new(),
-            uploaded: 0,
-            failures: 0,
-            peak: std::cell::Cell::new(0),
+            finisher,
+            detached: RefCell::default(),
+            peak: Cell::new(0),
             cfg,
         })
     }
@@ -208,8 +252,11 @@ impl S3Sink {
                 info: Rc::clone(info),
                 encoder,
                 open: None,
-                retry_at: None,
-                backoff: self.cfg.retry_min.0,
+                shared: Rc::new(Completion {
+                    failed: Cell::new(false),
+                    backoff: Cell::new(self.cfg.retry_min.0),
+                }),
+                tail: None,
             });
         }
         self.parts[slot]
@@ -242,13 +289,53 @@ impl S3Sink {
         Ok(self.key_buf.clone())
     }
 
-    /// Hands pending output to the upload once it exceeds a part (or always, `all`).
+    /// Abandons an upload in a task (its parts under way are awaited there), still counted
+    /// in `buffered` until they are.
+    fn abort_detached(&self, upload: ObjectWriter) {
+        self.detached.borrow_mut().push(upload.gauge());
+        monoio::spawn(async move {
+            let _ = upload.abort().await;
+        });
+    }
+
+    /// When a completion task of slot's partition failed: drops the open object (its
+    /// offsets are after the failed object's first, from where the partition is polled
+    /// again). `true` when that happened.
+    fn take_failure(&mut self, slot: usize) -> bool {
+        let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
+            return false;
+        };
+        if !w.shared.failed.replace(false) {
+            return false;
+        }
+        // The failed object's predecessors are complete, its successors are aborted by their
+        // tasks: the objects written from the redelivered offset wait for none of them.
+        w.tail = None;
+        if let Some(open) = w.open.take() {
+            let _ = w.encoder.finish();
+            if let Some(upload) = open.upload {
+                self.abort_detached(upload);
+            }
+        }
+        true
+    }
+
+    /// Moves the encoder's output to the pending list, then to the upload once it exceeds
+    /// a part (or always, `all`).
     async fn push_pending(&mut self, slot: usize, all: bool) -> Result<(), String> {
         let part_size = self.cfg.part_size.0;
         let needs_upload = {
-            let Some(open) = self.parts[slot].as_ref().and_then(|w| w.open.as_ref()) else {
+            let Some(w) = self.parts[slot].as_mut() else {
                 return Ok(());
             };
+            let Some(open) = w.open.as_mut() else {
+                return Ok(());
+            };
+            let out = w.encoder.take();
+            if !out.is_empty() {
+                open.pending_len += out.len() as u64;
+                open.pending.push(out);
+            }
             open.upload.is_none() && (open.pending_len > part_size || all)
         };
         if needs_upload {
@@ -299,14 +386,19 @@ impl S3Sink {
         Ok(())
     }
 
-    /// Closes slot's open object: the rest of the output, CompleteMultipartUpload or
-    /// PutObject, then its offsets are confirmed.
-    async fn close(&mut self, slot: usize) -> Result<(), SinkError> {
+    /// Closes slot's open object: the rest of the output goes to the upload, and a task
+    /// completes it (CompleteMultipartUpload or PutObject), writes the marker and confirms
+    /// its offsets, after the partition's previous object. `false` when the object failed
+    /// here (it is then aborted and its offsets are polled again).
+    async fn close(&mut self, slot: usize) -> bool {
+        if self.take_failure(slot) {
+            return false;
+        }
         let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
-            return Ok(());
+            return true;
         };
         let Some(open) = w.open.as_mut() else {
-            return Ok(());
+            return true;
         };
         let tail = w.encoder.finish();
         if !tail.is_empty() {
@@ -315,52 +407,49 @@ impl S3Sink {
         }
         if let Some(e) = w.encoder.error().map(str::to_owned) {
             // An incomplete object must not be completed.
-            self.fail(slot, &format!("encoding the object: {e}")).await;
-            return Ok(());
+            self.fail(slot, &format!("encoding the object: {e}"));
+            return false;
         }
-        let (first, last, count) = (open.first.offset, open.last_offset, open.count);
-        let result = match self.push_pending(slot, true).await {
-            Ok(()) => {
-                let upload = self.parts[slot]
-                    .as_mut()
-                    .and_then(|w| w.open.as_mut())
-                    .and_then(|o| o.upload.take());
-                match upload {
-                    Some(u) => {
-                        // What the writer held at most, before it gives its parts away.
-                        self.peak.set(self.peak.get().max(u.held().peak()));
-                        u.close().await.map_err(|e| e.to_string())
-                    }
-                    None => Err("no upload".to_owned()),
-                }
-            }
-            Err(e) => Err(e),
-        };
-        let result = match result {
-            // The marker goes first: once the offsets are confirmed they may be committed, and a
-            // crash before that commit must not make a replay cut different objects.
-            Ok(info) => self
-                .write_marker(slot, last, &info.key)
-                .await
-                .map(|()| info),
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(info) => {
-                debug!(sink = %self.name, key = %info.key, size = info.size, first, last, count, "object complete");
-                self.uploaded += 1;
-                if let Some(w) = self.parts[slot].as_mut() {
-                    w.open = None;
-                    w.backoff = self.cfg.retry_min.0;
-                }
-                self.acks.confirm(slot, first, last);
-                Ok(())
-            }
-            Err(e) => {
-                self.fail(slot, &e).await;
-                Ok(())
-            }
+        if let Err(e) = self.push_pending(slot, true).await {
+            self.fail(slot, &e);
+            return false;
         }
+        // A completion task may have failed while the output was handed over.
+        if self.take_failure(slot) {
+            return false;
+        }
+        let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
+            return true;
+        };
+        let Some(open) = w.open.take() else {
+            return true;
+        };
+        let Some(upload) = open.upload else {
+            return true;
+        };
+        self.peak.set(self.peak.get().max(upload.held().peak()));
+        self.detached.borrow_mut().push(upload.gauge());
+        let job = Job {
+            slot,
+            first: open.first.offset,
+            last: open.last_offset,
+            count: open.count,
+            marker: marker_key(
+                &self.cfg.prefix,
+                &self.name,
+                &w.info.stream,
+                &w.info.topic,
+                w.info.partition,
+            ),
+            partition: w.info.partition,
+        };
+        let previous = w.tail.take();
+        let shared = Rc::clone(&w.shared);
+        let finisher = self.finisher.clone();
+        w.tail = Some(monoio::spawn(complete(
+            finisher, shared, previous, upload, job,
+        )));
+        true
     }
 
     /// Aborts the multipart uploads an earlier run left open under the prefix: those initiated
@@ -439,46 +528,9 @@ impl S3Sink {
         }
     }
 
-    /// Records that everything of slot's partition up to `last` is in complete objects.
-    async fn write_marker(&self, slot: usize, last: u64, object: &str) -> Result<(), String> {
-        let Some(w) = self.parts.get(slot).and_then(Option::as_ref) else {
-            return Ok(());
-        };
-        let key = marker_key(
-            &self.cfg.prefix,
-            &self.name,
-            &w.info.stream,
-            &w.info.topic,
-            w.info.partition,
-        );
-        let mut body = Vec::with_capacity(128);
-        body.extend_from_slice(format!("{{\"last_offset\":{last},\"object\":").as_bytes());
-        crate::json::string(&mut body, object.as_bytes());
-        body.push(b'}');
-        let options = ObjectOptions {
-            content_type: Some("application/json".to_owned()),
-            sse: self.upload.options.sse.clone(),
-            ..ObjectOptions::default()
-        };
-        let req = spillway_s3::actions::put_object::request(
-            self.client.endpoint(),
-            &self.cfg.bucket,
-            &key,
-            spillway_s3::request::Body::from(Bytes::from(body)),
-            &options,
-        )
-        .map_err(|e| format!("marker {key}: {e}"))?;
-        self.client
-            .execute(req, spillway_s3::actions::put_object::parse)
-            .await
-            .map(|_| ())
-            .map_err(|e| format!("writing the marker {key}: {e}"))
-    }
-
     /// A failed object: abort its upload, keep its offsets unconfirmed, poll again from its
     /// first offset after a backoff.
-    async fn fail(&mut self, slot: usize, error: &str) {
-        self.failures += 1;
+    fn fail(&mut self, slot: usize, error: &str) {
         let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
@@ -487,39 +539,41 @@ impl S3Sink {
         };
         // The encoder may hold half an object: start it afresh.
         let _ = w.encoder.finish();
-        let wait = w.backoff.mul_f64(0.5 + fastrand::f64());
-        w.backoff = (w.backoff * 2).min(self.cfg.retry_max.0);
-        w.retry_at = Some(Instant::now() + wait);
-        warn!(
-            sink = %self.name,
-            partition = w.info.partition,
-            first_offset = open.first.offset,
-            "S3 upload failed, its {} messages stay unconfirmed and are written again in about {wait:?}: {error}",
-            open.count
+        let (partition, shared) = (w.info.partition, Rc::clone(&w.shared));
+        self.finisher.retry(
+            &shared,
+            slot,
+            partition,
+            open.first.offset,
+            open.count,
+            error,
         );
         if let Some(upload) = open.upload {
-            let _ = upload.abort().await;
+            self.abort_detached(upload);
         }
-        self.acks.redeliver(slot, open.first.offset);
     }
 
-    async fn write_message(&mut self, slot: usize, m: &Message) -> Result<bool, SinkError> {
+    /// Writes `m` into slot's object, closing it before (a new record-time interval) or after
+    /// (full) as the rotation rules say. `false` when the object failed: the rest of the
+    /// batch is polled again.
+    async fn write_message(&mut self, slot: usize, m: &Message) -> bool {
+        if self.parts[slot]
+            .as_ref()
+            .is_some_and(|w| w.shared.failed.get())
+        {
+            self.take_failure(slot);
+            return false;
+        }
         let bucket = self.bucket_of(m);
         let rotate_before = self.parts[slot]
             .as_ref()
             .and_then(|w| w.open.as_ref())
             .is_some_and(|o| bucket.is_some() && o.bucket != bucket);
-        if rotate_before {
-            self.close(slot).await?;
-            if self.parts[slot]
-                .as_ref()
-                .is_some_and(|w| w.retry_at.is_some())
-            {
-                return Ok(false);
-            }
+        if rotate_before && !self.close(slot).await {
+            return false;
         }
         let Some(w) = self.parts[slot].as_mut() else {
-            return Ok(false);
+            return false;
         };
         if w.open.is_none() {
             w.encoder.begin();
@@ -542,35 +596,129 @@ impl S3Sink {
             });
         }
         w.encoder.push(&w.info, m);
-        let out = w.encoder.take();
         let output_len = w.encoder.output_len();
+        let waiting = w.encoder.waiting();
         let Some(open) = w.open.as_mut() else {
-            return Ok(false);
+            return false;
         };
         open.last_offset = m.offset;
         open.count += 1;
-        open.last_append = Instant::now();
-        if !out.is_empty() {
-            open.pending_len += out.len() as u64;
-            open.pending.push(out);
-        }
         let count = open.count;
-        if let Err(e) = self.push_pending(slot, false).await {
-            self.fail(slot, &e).await;
-            return Ok(false);
+        if waiting >= TAKE_AT
+            && let Err(e) = self.push_pending(slot, false).await
+        {
+            self.fail(slot, &e);
+            return false;
         }
         let full = output_len >= self.cfg.max_object_size.0
             || (self.cfg.max_object_messages > 0 && count >= self.cfg.max_object_messages);
-        if full {
-            self.close(slot).await?;
-            if self.parts[slot]
-                .as_ref()
-                .is_some_and(|w| w.retry_at.is_some())
-            {
-                return Ok(false);
-            }
+        if full && !self.close(slot).await {
+            return false;
         }
-        Ok(true)
+        true
+    }
+}
+
+/// A closed object handed to its completion task.
+struct Job {
+    slot: usize,
+    partition: u32,
+    first: u64,
+    last: u64,
+    count: u64,
+    marker: String,
+}
+
+impl Finisher {
+    /// An object failed: its offsets are polled again from its first after a backoff.
+    fn retry(
+        &self,
+        shared: &Completion,
+        slot: usize,
+        partition: u32,
+        first: u64,
+        count: u64,
+        error: &str,
+    ) {
+        self.failures.set(self.failures.get() + 1);
+        let backoff = shared.backoff.get();
+        let wait = backoff.mul_f64(0.5 + fastrand::f64());
+        shared.backoff.set((backoff * 2).min(self.retry_max));
+        warn!(
+            sink = %self.sink,
+            partition,
+            first_offset = first,
+            "S3 upload failed, its {count} messages stay unconfirmed and are written again in about {wait:?}: {error}",
+        );
+        self.acks.redeliver_at(slot, first, Instant::now() + wait);
+    }
+
+    /// Records that everything of a partition up to `last` is in complete objects.
+    async fn write_marker(&self, key: &str, last: u64, object: &str) -> Result<(), String> {
+        let mut body = Vec::with_capacity(128);
+        body.extend_from_slice(format!("{{\"last_offset\":{last},\"object\":").as_bytes());
+        crate::json::string(&mut body, object.as_bytes());
+        body.push(b'}');
+        let options = ObjectOptions {
+            content_type: Some("application/json".to_owned()),
+            sse: self.sse.clone(),
+            ..ObjectOptions::default()
+        };
+        let req = spillway_s3::actions::put_object::request(
+            self.client.endpoint(),
+            &self.bucket,
+            key,
+            spillway_s3::request::Body::from(Bytes::from(body)),
+            &options,
+        )
+        .map_err(|e| format!("marker {key}: {e}"))?;
+        self.client
+            .execute(req, spillway_s3::actions::put_object::parse)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("writing the marker {key}: {e}"))
+    }
+}
+
+/// Completes one object after the partition's previous one: the upload's last part and
+/// CompleteMultipartUpload (or its PutObject), then the marker (first: once the offsets are
+/// confirmed they may be committed, and a crash before that commit must not make a replay cut
+/// different objects), then the offsets are confirmed. On failure the offsets are polled
+/// again from the object's first; an object after a failed one is aborted (the failed one's
+/// redelivery covers it). `true` when the object is complete.
+async fn complete(
+    f: Finisher,
+    shared: Rc<Completion>,
+    previous: Option<JoinHandle<bool>>,
+    upload: ObjectWriter,
+    job: Job,
+) -> bool {
+    if let Some(previous) = previous
+        && !previous.await
+    {
+        let _ = upload.abort().await;
+        return false;
+    }
+    let result = match upload.close().await {
+        Ok(info) => f
+            .write_marker(&job.marker, job.last, &info.key)
+            .await
+            .map(|()| info),
+        Err(e) => Err(e.to_string()),
+    };
+    match result {
+        Ok(info) => {
+            debug!(sink = %f.sink, key = %info.key, size = info.size, first = job.first, last = job.last, count = job.count, "object complete");
+            f.uploaded.set(f.uploaded.get() + 1);
+            shared.backoff.set(f.retry_min);
+            f.acks.confirm(job.slot, job.first, job.last);
+            true
+        }
+        Err(e) => {
+            shared.failed.set(true);
+            f.retry(&shared, job.slot, job.partition, job.first, job.count, &e);
+            false
+        }
     }
 }
 
@@ -669,39 +817,50 @@ impl Sink for S3Sink {
     async fn deliver(&mut self, batch: Batch) -> Result<(), SinkError> {
         let info = Rc::clone(&batch.partition);
         let slot = info.slot;
-        let w = self.writer(&info)?;
-        if let Some(at) = w.retry_at.take() {
-            let now = Instant::now();
-            if at > now {
-                monoio::time::sleep(at - now).await;
-            }
+        self.writer(&info)?;
+        self.take_failure(slot);
+        if self.acks.redelivery_queued(slot) {
+            // Polled before the engine took the redelivery: these are polled again.
+            return Ok(());
         }
         for m in &batch.messages {
-            if !self.write_message(slot, m).await? {
-                // The object failed: this batch's messages are polled again.
-                break;
+            if !self.write_message(slot, m).await {
+                // The object failed: the rest of the batch is polled again.
+                return Ok(());
             }
         }
+        if let Err(e) = self.push_pending(slot, false).await {
+            self.fail(slot, &e);
+        }
+        // Once per batch, not per message (the idle flush needs no finer clock).
+        if let Some(open) = self.parts[slot].as_mut().and_then(|w| w.open.as_mut()) {
+            open.last_append = Instant::now();
+        }
+        self.detached
+            .borrow_mut()
+            .retain(|g| Rc::strong_count(g) > 1);
         Ok(())
     }
 
     async fn tick(&mut self) -> Result<(), SinkError> {
         let idle = self.cfg.idle_flush.0;
-        if idle.is_zero() {
-            return Ok(());
-        }
         let now = Instant::now();
         let due: Vec<usize> = self
             .parts
             .iter()
             .enumerate()
             .filter_map(|(slot, w)| {
-                let open = w.as_ref()?.open.as_ref()?;
-                (now.saturating_duration_since(open.last_append) >= idle).then_some(slot)
+                let w = w.as_ref()?;
+                if w.shared.failed.get() {
+                    return Some(slot);
+                }
+                let open = w.open.as_ref()?;
+                (!idle.is_zero() && now.saturating_duration_since(open.last_append) >= idle)
+                    .then_some(slot)
             })
             .collect();
         for slot in due {
-            self.close(slot).await?;
+            self.close(slot).await;
         }
         Ok(())
     }
@@ -716,26 +875,31 @@ impl Sink for S3Sink {
     }
 
     async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError> {
-        let open: Vec<usize> = self
-            .parts
-            .iter()
-            .enumerate()
-            .filter_map(|(slot, w)| w.as_ref()?.open.as_ref().map(|_| slot))
-            .collect();
-        for slot in open {
+        for slot in 0..self.parts.len() {
+            self.take_failure(slot);
+            let Some(w) = self.parts[slot].as_mut() else {
+                continue;
+            };
+            if w.open.is_none() {
+                continue;
+            }
             match self.cfg.on_shutdown {
-                OnShutdown::Flush if Instant::now() < deadline => self.close(slot).await?,
+                OnShutdown::Flush if Instant::now() < deadline => {
+                    self.close(slot).await;
+                }
                 _ => {
-                    if let Some(open) = self.parts[slot].as_mut().and_then(|w| w.open.take()) {
+                    if let Some(open) = w.open.take() {
+                        let _ = w.encoder.finish();
                         // Left for the next run: the engine need not wait for these offsets.
                         self.acks.redeliver(slot, open.first.offset);
                         if let Some(upload) = open.upload {
-                            let _ = upload.abort().await;
+                            self.abort_detached(upload);
                         }
                     }
                 }
             }
         }
+        // The completions run on; the engine waits for their confirmations until the deadline.
         Ok(())
     }
 
@@ -744,15 +908,14 @@ impl Sink for S3Sink {
             && let Some(open) = w.open
             && let Some(upload) = open.upload
         {
-            monoio::spawn(async move {
-                let _ = upload.abort().await;
-            });
+            self.abort_detached(upload);
         }
     }
 
     fn status(&self) -> SinkStatus {
+        let _ = self.buffered();
         SinkStatus {
-            reconnects: self.failures,
+            reconnects: self.finisher.failures.get(),
             in_flight_peak: 0,
             buffered_peak: self
                 .parts
@@ -765,8 +928,9 @@ impl Sink for S3Sink {
     }
 
     fn buffered(&self) -> Option<u64> {
-        let mut held = 0;
+        let mut held: u64 = self.detached.borrow().iter().map(|g| g.current()).sum();
         for w in self.parts.iter().flatten() {
+            held += w.encoder.waiting();
             if let Some(open) = &w.open {
                 held += open.pending_len;
                 if let Some(u) = &open.upload {
