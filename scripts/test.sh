@@ -18,11 +18,9 @@ echo "== cargo test (unit, property, differential, session and integration tests
 cargo test --workspace --locked --exclude spillway-bench
 cargo test --locked -p spillway-bench --no-default-features
 
-echo "== bench smoke runs (write target/bench/codec.json, s3.json, engine.json, mqtt.json and s3_sink.json)"
-cargo run --release --locked -p spillway-bench --no-default-features -- codec --quick
-cargo run --release --locked -p spillway-bench --no-default-features -- s3 --quick
-cargo run --release --locked -p spillway-bench --no-default-features -- engine --quick
-cargo run --release --locked -p spillway-bench --no-default-features -- mqtt --quick
-cargo run --release --locked -p spillway-bench --no-default-features -- s3-sink --quick
+echo "== bench smoke run: every scenario, quick (writes target/bench/report.md, report.json and each scenario's JSON)"
+rm -f target/bench/report.md target/bench/report.json
+cargo run --release --locked -p spillway-bench --no-default-features -- all --quick
+test -s target/bench/report.md && test -s target/bench/report.json
 
 echo "== all checks passed"

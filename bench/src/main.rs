@@ -17,10 +17,12 @@ mod mqtt;
 mod report;
 mod s3;
 mod s3_sink;
+mod suite;
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use harness::Plan;
 use report::Row;
@@ -32,6 +34,9 @@ const USAGE: &str = "\
 usage: spillway-bench <scenario> [--quick] [--out FILE]
 
 scenarios:
+  all      every scenario below, one after another (each starts and stops the servers it
+           needs), then one report: target/bench/report.md and report.json (the machine,
+           and per scenario ours, the peer and the ratio); each scenario's own JSON too
   codec    spillway-codec against mqttbytes 0.6: PUBLISH encode/decode, PUBACK streams,
            CONNECT round trips, on MQTT 3.1.1 and 5; time and allocations per operation
   s3       spillway-s3 against aws-sdk-s3 and rust-s3 0.38: one 256 MiB object in 8 MiB parts
@@ -54,11 +59,12 @@ scenarios:
 options:
   --quick     fewer and shorter runs, smaller objects (CI smoke); the JSON is still written
   --out FILE  where to write the JSON rows (default: target/bench/<scenario>.json under the
-              workspace root)";
+              workspace root); with `all`, the directory for every file (default: target/bench)";
 
 /// The subcommands. Each new scenario adds a variant here, a module, and an arm in `run`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scenario {
+    All,
     Codec,
     S3,
     Engine,
@@ -69,6 +75,7 @@ enum Scenario {
 impl Scenario {
     fn name(self) -> &'static str {
         match self {
+            Scenario::All => "report",
             Scenario::Codec => "codec",
             Scenario::S3 => "s3",
             Scenario::Engine => "engine",
@@ -77,8 +84,27 @@ impl Scenario {
         }
     }
 
+    /// The scenarios `all` runs, in order.
+    const EACH: [Scenario; 5] = [
+        Scenario::Codec,
+        Scenario::S3,
+        Scenario::Engine,
+        Scenario::Mqtt,
+        Scenario::S3Sink,
+    ];
+
+    /// Its name on the command line.
+    fn command(self) -> &'static str {
+        match self {
+            Scenario::S3Sink => "s3-sink",
+            Scenario::All => "all",
+            other => other.name(),
+        }
+    }
+
     fn parse(s: &str) -> Option<Scenario> {
         match s {
+            "all" => Some(Scenario::All),
             "codec" => Some(Scenario::Codec),
             "s3" => Some(Scenario::S3),
             "engine" => Some(Scenario::Engine),
@@ -131,52 +157,97 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
     }))
 }
 
-fn print_report(rows: &[Row], legend: &[(&str, &str)], target: Option<f64>) {
-    println!();
-    print!(
-        "{}",
-        report::table("time per operation (median)", rows, "ns_per_op")
-    );
+fn codec_text(rows: &[Row], legend: &[(&str, &str)], target: Option<f64>) -> String {
+    let mut out = String::from("\n");
+    out.push_str(&report::table(
+        "time per operation (median)",
+        rows,
+        "ns_per_op",
+    ));
     if let Some(t) = target {
-        println!("  {}", report::target_summary(rows, "ns_per_op", t));
+        out.push_str(&format!(
+            "  {}\n",
+            report::target_summary(rows, "ns_per_op", t)
+        ));
     }
-    println!();
-    print!(
-        "{}",
-        report::table("allocations per operation", rows, "allocs_per_op")
-    );
-    println!();
+    out.push('\n');
+    out.push_str(&report::table(
+        "allocations per operation",
+        rows,
+        "allocs_per_op",
+    ));
+    out.push('\n');
     for (name, what) in legend {
-        println!("  {name}: {what}");
+        out.push_str(&format!("  {name}: {what}\n"));
     }
+    out
 }
 
-fn run_codec(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<Vec<Row>, String> {
-    let plan = if quick { Plan::quick() } else { Plan::full() };
-    eprintln!(
-        "spillway-bench codec: {} runs of ~{} ms per side and row",
-        plan.runs,
-        plan.run_time.as_millis()
-    );
-    let rows = codec::run(&plan, progress)?;
-    eprintln!("{:60}", "");
-    print_report(&rows, codec::LEGEND, Some(codec::TARGET_RATIO));
-    Ok(rows)
+/// What one scenario gives: its rows, its text report, and problems its checks found (they
+/// fail the command once the report is out).
+struct Measured {
+    rows: Vec<Row>,
+    text: String,
+    problems: Vec<String>,
 }
 
-fn run_s3(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<Vec<Row>, String> {
-    eprintln!(
-        "spillway-bench s3: {}",
-        if quick {
-            "quick (one run, small objects)"
-        } else {
-            "5 runs per client, about a minute"
+fn measure(
+    scenario: Scenario,
+    quick: bool,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Measured, String> {
+    let said = |what: &str| eprintln!("spillway-bench {}: {what}", scenario.command());
+    let (rows, text, problems) = match scenario {
+        Scenario::All => return Err("`all` is not one scenario".to_owned()),
+        Scenario::Codec => {
+            let plan = if quick { Plan::quick() } else { Plan::full() };
+            said(&format!(
+                "{} runs of ~{} ms per side and row",
+                plan.runs,
+                plan.run_time.as_millis()
+            ));
+            let rows = codec::run(&plan, progress)?;
+            let text = codec_text(&rows, codec::LEGEND, Some(codec::TARGET_RATIO));
+            (rows, text, Vec::new())
         }
-    );
-    let (rows, text) = s3::run(quick, progress)?;
+        Scenario::S3 => {
+            said(if quick {
+                "quick (one run, small objects)"
+            } else {
+                "5 runs per client, about a minute"
+            });
+            let (rows, text) = s3::run(quick, progress)?;
+            (rows, text, Vec::new())
+        }
+        Scenario::Engine => {
+            let (rows, text) = engine::run(quick, progress)?;
+            (rows, text, Vec::new())
+        }
+        Scenario::Mqtt => {
+            said(if quick {
+                "quick (one run, 10x fewer messages)"
+            } else {
+                "3 runs per client and QoS, a few minutes"
+            });
+            let out = mqtt::run(quick, progress)?;
+            (out.rows, out.text, out.problems)
+        }
+        Scenario::S3Sink => {
+            said(if quick {
+                "quick (one run, 32 MiB)"
+            } else {
+                "3 runs per client of 512 MiB, a few minutes"
+            });
+            let (rows, text) = s3_sink::run(quick, progress)?;
+            (rows, text, Vec::new())
+        }
+    };
     eprintln!("{:70}", "");
-    print!("{text}");
-    Ok(rows)
+    Ok(Measured {
+        rows,
+        text,
+        problems,
+    })
 }
 
 fn run(opts: &Options) -> Result<(), String> {
@@ -184,57 +255,88 @@ fn run(opts: &Options) -> Result<(), String> {
         eprint!("  measuring {row:60}\r");
         let _ = std::io::stderr().flush();
     };
-    // Problems found by a scenario that must fail the command once its report is out.
-    let mut problems = Vec::new();
-    let rows = match opts.scenario {
-        Scenario::Codec => run_codec(opts.quick, &mut progress)?,
-        Scenario::S3 => run_s3(opts.quick, &mut progress)?,
-        Scenario::Engine => {
-            let (rows, text) = engine::run(opts.quick, &mut progress)?;
-            eprintln!("{:70}", "");
-            print!("{text}");
-            rows
-        }
-        Scenario::Mqtt => {
-            eprintln!(
-                "spillway-bench mqtt: {}",
-                if opts.quick {
-                    "quick (one run, 10x fewer messages)"
-                } else {
-                    "3 runs per client and QoS, a few minutes"
-                }
-            );
-            let out = mqtt::run(opts.quick, &mut progress)?;
-            eprintln!("{:70}", "");
-            print!("{}", out.text);
-            problems = out.problems;
-            out.rows
-        }
-        Scenario::S3Sink => {
-            eprintln!(
-                "spillway-bench s3-sink: {}",
-                if opts.quick {
-                    "quick (one run, 32 MiB)"
-                } else {
-                    "3 runs per client of 512 MiB, a few minutes"
-                }
-            );
-            let (rows, text) = s3_sink::run(opts.quick, &mut progress)?;
-            eprintln!("{:70}", "");
-            print!("{text}");
-            rows
-        }
-    };
+    if opts.scenario == Scenario::All {
+        return run_all(opts, &mut progress);
+    }
+    let m = measure(opts.scenario, opts.quick, &mut progress)?;
+    print!("{}", m.text);
     let path = opts
         .out
         .clone()
         .unwrap_or_else(|| report::default_json_path(opts.scenario.name()));
-    report::write_json(&path, &rows).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    report::write_json(&path, &m.rows).map_err(|e| format!("writing {}: {e}", path.display()))?;
     println!("\nwrote {}", path.display());
-    if problems.is_empty() {
+    if m.problems.is_empty() {
         Ok(())
     } else {
-        Err(problems.join("; "))
+        Err(m.problems.join("; "))
+    }
+}
+
+/// Every scenario, then the suite's report (see [`suite`]).
+fn run_all(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<(), String> {
+    let machine = suite::MachineInfo::detect();
+    let started = suite::now_utc();
+    let dir = opts.out.clone().unwrap_or_else(|| {
+        report::default_json_path("report")
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_default()
+    });
+    eprintln!(
+        "spillway-bench all{}: {}",
+        if opts.quick { " --quick" } else { "" },
+        machine.describe()
+    );
+    let mut ran = Vec::new();
+    for scenario in Scenario::EACH {
+        let start = std::time::Instant::now();
+        let mut done = suite::Ran {
+            name: scenario.command(),
+            took: Duration::ZERO,
+            rows: Vec::new(),
+            text: String::new(),
+            problems: Vec::new(),
+            failed: None,
+        };
+        match measure(scenario, opts.quick, progress) {
+            Ok(m) => {
+                print!("{}", m.text);
+                let path = dir.join(format!("{}.json", scenario.name()));
+                if let Err(e) = report::write_json(&path, &m.rows) {
+                    done.problems
+                        .push(format!("writing {}: {e}", path.display()));
+                }
+                done.rows = m.rows;
+                done.text = m.text;
+                done.problems.extend(m.problems);
+            }
+            Err(e) => {
+                eprintln!("spillway-bench {}: {e}", scenario.command());
+                done.failed = Some(e);
+            }
+        }
+        done.took = start.elapsed();
+        ran.push(done);
+    }
+    let paths = suite::write(&dir, &machine, opts.quick, &started, &ran)
+        .map_err(|e| format!("writing the report into {}: {e}", dir.display()))?;
+    println!();
+    for p in paths {
+        println!("wrote {}", p.display());
+    }
+    let bad: Vec<String> = ran
+        .iter()
+        .filter_map(|r| {
+            let mut why: Vec<String> = r.failed.iter().cloned().collect();
+            why.extend(r.problems.iter().cloned());
+            (!why.is_empty()).then(|| format!("{}: {}", r.name, why.join("; ")))
+        })
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(bad.join(" | "))
     }
 }
 
@@ -248,7 +350,7 @@ fn main() -> ExitCode {
         Ok(Command::Run(opts)) => match run(&opts) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("spillway-bench {}: {e}", opts.scenario.name());
+                eprintln!("spillway-bench {}: {e}", opts.scenario.command());
                 ExitCode::FAILURE
             }
         },
@@ -299,6 +401,15 @@ mod tests {
             }))
         ));
         assert!(parse_args(&args(&["codec", "--out"])).is_err());
+        assert!(matches!(
+            parse_args(&args(&["all", "--quick"])),
+            Ok(Command::Run(Options {
+                scenario: Scenario::All,
+                quick: true,
+                out: None
+            }))
+        ));
+        assert!(parse_args(&args(&["all", "codec"])).is_err());
         assert!(matches!(
             parse_args(&args(&["s3-sink", "--quick"])),
             Ok(Command::Run(Options {

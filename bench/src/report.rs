@@ -205,25 +205,47 @@ fn json_number(out: &mut String, v: Option<f64>) {
     }
 }
 
+/// `s` as a JSON string literal.
+pub fn json_str(s: &str) -> String {
+    let mut out = String::new();
+    json_string(&mut out, s);
+    out
+}
+
+/// `v` as a JSON number (three decimals), `null` when not finite.
+pub fn json_num(v: f64) -> String {
+    let mut out = String::new();
+    json_number(&mut out, Some(v));
+    out
+}
+
+/// A row's fields, `"scenario": .., "metric": .., "ours": .., "peer": .., "peer_name": ..,
+/// "unit": .., "ratio": ..`, without the braces.
+pub fn row_fields(r: &Row) -> String {
+    let mut out = String::from("\"scenario\": ");
+    json_string(&mut out, &r.scenario);
+    out.push_str(", \"metric\": ");
+    json_string(&mut out, r.metric);
+    out.push_str(", \"ours\": ");
+    json_number(&mut out, Some(r.ours));
+    out.push_str(", \"peer\": ");
+    json_number(&mut out, Some(r.peer));
+    out.push_str(", \"peer_name\": ");
+    json_string(&mut out, r.peer_name);
+    out.push_str(", \"unit\": ");
+    json_string(&mut out, r.unit);
+    out.push_str(", \"ratio\": ");
+    json_number(&mut out, r.ratio());
+    out
+}
+
 /// The rows as a JSON list of `{"scenario", "metric", "ours", "peer", "peer_name", "unit",
 /// "ratio"}` objects (`ratio` is null when ours is zero).
 pub fn to_json(rows: &[Row]) -> String {
     let mut out = String::from("[\n");
     for (i, r) in rows.iter().enumerate() {
-        out.push_str("  {\"scenario\": ");
-        json_string(&mut out, &r.scenario);
-        out.push_str(", \"metric\": ");
-        json_string(&mut out, r.metric);
-        out.push_str(", \"ours\": ");
-        json_number(&mut out, Some(r.ours));
-        out.push_str(", \"peer\": ");
-        json_number(&mut out, Some(r.peer));
-        out.push_str(", \"peer_name\": ");
-        json_string(&mut out, r.peer_name);
-        out.push_str(", \"unit\": ");
-        json_string(&mut out, r.unit);
-        out.push_str(", \"ratio\": ");
-        json_number(&mut out, r.ratio());
+        out.push_str("  {");
+        out.push_str(&row_fields(r));
         out.push('}');
         if i + 1 < rows.len() {
             out.push(',');

@@ -137,7 +137,8 @@ impl Default for IggyConfig {
 pub struct RuntimeConfig {
     /// `"auto"` (every allowed core but the control thread's) or a list of core ids.
     pub cores: Cores,
-    /// The core the control thread is pinned to (default: the first allowed core).
+    /// The core the control thread is pinned to (default: the first allowed core, or with a
+    /// list of `cores`, the first allowed core not in it).
     pub control_core: Option<usize>,
     /// Explicit placements of partitions on cores.
     pub pin: Vec<PinConfig>,
