@@ -520,3 +520,117 @@ fn record_interval_cuts_by_message_time_and_shutdown_flushes_or_leaves_open_obje
             || objects(&s3.bucket_dir().join("leave")).is_empty()
     );
 }
+
+/// A TLS front for s3s-fs (which speaks plain HTTP): accepts TLS on a loopback port with a
+/// certificate for `localhost` from `ca`, and passes the bytes to and from `backend`. Each
+/// connection gets a thread that alternates between the two sides with short read timeouts.
+fn tls_front(ca: &spillway_tests::TestCa, backend: u16) -> u16 {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use std::io::{ErrorKind, Write};
+    use std::net::{TcpListener, TcpStream};
+    let cert = ca.issue_server_cert(&["localhost"]).unwrap();
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert.cert_pem().as_bytes())
+            .map(|c| c.unwrap())
+            .collect();
+    let key = PrivateKeyDer::from_pem_slice(cert.key_pem().as_bytes()).unwrap();
+    let config = std::sync::Arc::new(
+        rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let config = config.clone();
+            std::thread::spawn(move || {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", backend)) else {
+                    return;
+                };
+                let tick = Some(Duration::from_millis(2));
+                let (_, _) = (client.set_read_timeout(tick), server.set_read_timeout(tick));
+                let Ok(conn) = rustls::ServerConnection::new(config) else {
+                    return;
+                };
+                let mut tls = rustls::StreamOwned::new(conn, client);
+                let mut server = server;
+                let mut buf = vec![0u8; 64 << 10];
+                let idle = |e: &std::io::Error| {
+                    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+                };
+                loop {
+                    match tls.read(&mut buf) {
+                        Ok(0) => return,
+                        Ok(n) => {
+                            if server.write_all(&buf[..n]).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) if idle(&e) => {}
+                        Err(_) => return,
+                    }
+                    match server.read(&mut buf) {
+                        Ok(0) => return,
+                        Ok(n) => {
+                            if tls.write_all(&buf[..n]).and_then(|()| tls.flush()).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) if idle(&e) => {}
+                        Err(_) => return,
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn an_https_endpoint_is_reached_with_the_configured_ca_and_refused_without_it() {
+    let s3 = S3Server::start().unwrap();
+    let ca = spillway_tests::TestCa::new("s3 test CA").unwrap();
+    let port = tls_front(&ca, s3.port());
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3tls", 1);
+    send(&mut admin, &t, 0, "a", 0, 20);
+    let https = |name: &str, extra: &str| {
+        engine_sections(&iggy)
+            + &s3_sink(name, &t, &s3, "max_object_messages = 10").replace(
+                &format!("endpoint = \"{}\"", s3.endpoint()),
+                &format!("endpoint = \"https://localhost:{port}\"\n{extra}"),
+            )
+    };
+    // The store's CA trusted: every offset lands in objects written over TLS.
+    let cfg = https("tls", &format!("tls_ca = \"{}\"", ca_file.display()));
+    assert!(cfg.contains("https://localhost"), "{cfg}");
+    let mut engine = Engine::start(dir.path(), "tls", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "tls", 19, LONG);
+    stop_clean(&mut engine, Duration::from_secs(30));
+    let mut offsets: Vec<u64> = json_records(&objects(&s3.bucket_dir()))
+        .into_iter()
+        .flat_map(|(_, recs)| recs.into_iter().map(|(_, o)| o))
+        .collect();
+    offsets.sort_unstable();
+    assert_eq!(offsets, (0..20).collect::<Vec<_>>());
+
+    // Without it the Mozilla roots do not know the test CA: the start-up probe says so.
+    let mut engine = Engine::start(dir.path(), "tls-untrusted", &https("untrusted", ""));
+    assert_eq!(wait_exit_code(&mut engine, LONG), Some(1));
+    let log = engine.log();
+    assert!(
+        log.contains("certificate") || log.contains("UnknownIssuer"),
+        "{log}"
+    );
+}

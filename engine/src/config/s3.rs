@@ -43,6 +43,10 @@ pub struct S3SinkConfig {
     /// Path-style addressing (`host/bucket/key`); default: path-style for custom endpoints,
     /// virtual-hosted for AWS.
     pub path_style: Option<bool>,
+    /// PEM file of the CA certificates to trust for an `https` endpoint (a store with a
+    /// private CA); without it, the Mozilla roots (webpki-roots).
+    #[serde(default)]
+    pub tls_ca: Option<std::path::PathBuf>,
     /// Access key id; env `AWS_ACCESS_KEY_ID` when absent.
     pub access_key_id: Option<String>,
     /// Secret key; env `AWS_SECRET_ACCESS_KEY` when absent.

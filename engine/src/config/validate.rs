@@ -481,6 +481,14 @@ fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
     endpoint
         .check_bucket(&c.bucket)
         .map_err(|e| problem(key("bucket"), e.to_string()))?;
+    if let Some(ca) = &c.tls_ca
+        && !ca.is_file()
+    {
+        return Err(problem(
+            key("tls_ca"),
+            format!("{} is not a readable file", ca.display()),
+        ));
+    }
     if c.access_key_id.is_none() {
         return Err(problem(
             key("access_key_id"),

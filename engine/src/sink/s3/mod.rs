@@ -195,6 +195,11 @@ impl S3Sink {
             cfg.session_token.as_ref().map(|s| s.expose().to_owned()),
         );
         let mut client_cfg = ClientConfig::new(endpoint, credentials);
+        // https: the Mozilla roots, or the store's own CA.
+        client_cfg.transport.tls.client_config = Some(
+            crate::tls::client_config(cfg.tls_ca.as_deref(), None, &[b"http/1.1"])
+                .map_err(|e| err(format!("s3.tls_ca: {e}")))?,
+        );
         client_cfg.jitter_seed = shard as u64 + 1;
         client_cfg.retry.max_attempts = cfg.request_attempts.max(1);
         let client = S3Client::new(client_cfg).map_err(|e| err(format!("S3 client: {e}")))?;
