@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The first run: installs what is missing (scripts/setup.sh), builds the engine and the
+# first-run program in release mode, then runs the demo: the engine with the generate source
+# (no Iggy server needed) delivering to a local mosquitto and a local s3s-fs, with a live
+# progress line and a summary that checks sent = received = in objects.
+# Arguments go to the program: --messages N (default 200000), --engine PATH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/setup.sh
+echo "first-run: building spillway and spillway-first-run (release)"
+cargo build --release --locked -p spillway -p spillway-tests --bin spillway --bin spillway-first-run
+target_dir="${CARGO_TARGET_DIR:-target}"
+exec "$target_dir/release/spillway-first-run" --engine "$target_dir/release/spillway" "$@"
