@@ -17,6 +17,7 @@ mod mqtt;
 mod report;
 mod s3;
 mod s3_sink;
+mod scaling;
 mod suite;
 
 use std::io::Write as _;
@@ -55,6 +56,9 @@ scenarios:
            json_lines, 64 MiB objects, 8 MiB parts; uncompressed, gzip and zstd; beside
            the same bytes uploaded by rust-s3 0.38 as 8 MiB PutObjects (needs the default
            `peers` feature) and by spillway-s3 alone; MB/s, CPU s/GiB, s3s-fs's CPU share
+  scaling  the engine with 1, 2, 4 … shards up to every available core, one partition and
+           one MQTT connection per shard, QoS 1 to the discard broker; msgs/s, efficiency
+           against linear, and a chart (target/bench/scaling.svg)
 
 options:
   --quick     fewer and shorter runs, smaller objects (CI smoke); the JSON is still written
@@ -70,6 +74,7 @@ enum Scenario {
     Engine,
     Mqtt,
     S3Sink,
+    Scaling,
 }
 
 impl Scenario {
@@ -81,16 +86,18 @@ impl Scenario {
             Scenario::Engine => "engine",
             Scenario::Mqtt => "mqtt",
             Scenario::S3Sink => "s3_sink",
+            Scenario::Scaling => "scaling",
         }
     }
 
     /// The scenarios `all` runs, in order.
-    const EACH: [Scenario; 5] = [
+    const EACH: [Scenario; 6] = [
         Scenario::Codec,
         Scenario::S3,
         Scenario::Engine,
         Scenario::Mqtt,
         Scenario::S3Sink,
+        Scenario::Scaling,
     ];
 
     /// Its name on the command line.
@@ -110,6 +117,7 @@ impl Scenario {
             "engine" => Some(Scenario::Engine),
             "mqtt" => Some(Scenario::Mqtt),
             "s3-sink" => Some(Scenario::S3Sink),
+            "scaling" => Some(Scenario::Scaling),
             _ => None,
         }
     }
@@ -239,6 +247,15 @@ fn measure(
                 "3 runs per client of 512 MiB, a few minutes"
             });
             let (rows, text) = s3_sink::run(quick, progress)?;
+            (rows, text, Vec::new())
+        }
+        Scenario::Scaling => {
+            said(if quick {
+                "quick (one run per step, 50,000 messages per shard)"
+            } else {
+                "1, 2, 4 … shards up to every core, 3 runs each"
+            });
+            let (rows, text) = scaling::run(quick, progress)?;
             (rows, text, Vec::new())
         }
     };

@@ -51,8 +51,8 @@
 //! feature the peer is compiled out and ours is measured alone.
 
 pub(crate) mod cpu;
-mod discard;
-mod ours;
+pub mod discard;
+pub mod ours;
 #[cfg(feature = "peers")]
 mod peer;
 mod results;

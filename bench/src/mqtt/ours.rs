@@ -84,8 +84,12 @@ impl std::fmt::Debug for Running {
 
 /// Parses the config and starts the engine on a new thread.
 pub fn start(job: &Job<'_>) -> Result<Running, String> {
-    let text = config_text(job);
-    let cfg = config::parse(&text, std::path::Path::new("<bench>"), &|_| None)
+    start_config(&config_text(job))
+}
+
+/// Starts the engine in-process on a new thread with the config `text`.
+pub fn start_config(text: &str) -> Result<Running, String> {
+    let cfg = config::parse(text, std::path::Path::new("<bench>"), &|_| None)
         .map_err(|e| format!("the engine refused the config: {e}\n{text}"))?;
     let map = coremap::resolve(&cfg, &Machine::detect()).map_err(|(k, m)| format!("{k}: {m}"))?;
     let stop = Arc::new(AtomicUsize::new(0));
