@@ -46,7 +46,8 @@ pub struct ShardState {
     pub index: usize,
     /// Current mode.
     pub mode: Cell<Mode>,
-    /// Polled, unconfirmed payload bytes of every runner on the shard.
+    /// What the shard's runners hold: polled, unconfirmed payload bytes of the windowed
+    /// sinks, plus the bytes the self-paced sinks (S3) report holding.
     pub held: Cell<u64>,
     /// `runtime.shard_memory_budget`.
     pub budget: u64,
@@ -243,6 +244,8 @@ pub struct Runner {
     counts_payloads: bool,
     /// A sink failure found outside a sink call (resuming a partition).
     sink_error: Option<String>,
+    /// A self-paced sink's bytes as last added to `shard.held`.
+    buffered_in_held: Cell<u64>,
 }
 
 impl std::fmt::Debug for Runner {
@@ -368,6 +371,7 @@ impl Runner {
             topic_name,
             next_tick: Instant::now(),
             counts_payloads,
+            buffered_in_held: Cell::new(0),
             sink_error: None,
         };
         Ok((runner, stats))
@@ -392,6 +396,11 @@ impl Runner {
             warn!(sink = %self.cfg.name, "stopped: {}", e.0);
         }
         self.leave_group().await;
+        // This runner's share of the shard's total leaves with it.
+        let mine = self.buffered_in_held.replace(0);
+        self.shard
+            .held
+            .set(self.shard.held.get().saturating_sub(mine));
         result
     }
 
@@ -508,11 +517,21 @@ impl Runner {
         wake.max(now)
     }
 
+    /// Moves a self-paced sink's current bytes into the shard's total.
+    fn sync_buffered(&self) {
+        let now = self.sink.buffered().unwrap_or(0);
+        let before = self.buffered_in_held.replace(now);
+        let held = self.shard.held.get().saturating_sub(before);
+        self.shard.held.set(held + now);
+    }
+
     fn has_room(&self, p: &Part) -> bool {
         if !self.counts_payloads {
             // The sink holds encoded data, not the polled messages (an S3 object confirms
-            // all its messages at once): its own memory is what is bounded.
-            return self.sink.buffered().unwrap_or(0) < self.shard.budget;
+            // all its messages at once): its own memory is what counts, in the shard's total
+            // with the other sinks' held payloads.
+            self.sync_buffered();
+            return self.shard.held.get() < self.shard.budget;
         }
         p.tracker.unconfirmed() < u64::from(self.cfg.window_messages)
             && p.tracker.unconfirmed_bytes() < self.cfg.window_bytes.0

@@ -634,3 +634,70 @@ fn an_https_endpoint_is_reached_with_the_configured_ca_and_refused_without_it() 
         "{log}"
     );
 }
+
+#[test]
+fn an_s3_sink_holding_the_shard_budget_pauses_the_other_sinks_on_that_shard() {
+    // runtime.shard_memory_budget bounds the whole shard: the S3 sink's buffered bytes and the
+    // windowed sinks' unconfirmed payloads count together (they were checked apart, so a shard
+    // with both could hold about twice the budget).
+    let s3 = S3Server::start().unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let held = topic(&iggy, "s3budget", 1);
+    let other = topic(&iggy, "filebudget", 1);
+    send(&mut admin, &held, 0, "a", 0, 12_000);
+    let dir = tempfile::tempdir().unwrap();
+    let core = spillway::coremap::Machine::detect()
+        .cores
+        .last()
+        .copied()
+        .unwrap();
+    let file_sink = format!(
+        r#"
+[[sink]]
+name = "budget-file"
+type = "file"
+stream = "{stream}"
+topic = "{topic}"
+partitions = [0]
+poll_interval = "5ms"
+commit_interval = "50ms"
+
+[sink.file]
+path = "{out}"
+"#,
+        stream = other.stream,
+        topic = other.topic,
+        out = dir.path().join("other.jsonl").display(),
+    );
+    // One shard for both sinks; the S3 sink keeps its objects open (a 5 MiB part is never
+    // reached before the 1 MiB budget, no idle flush), so it holds the budget.
+    let cfg = engine_sections(&iggy).replace(
+        "[runtime]\n",
+        &format!("[runtime]\ncores = [{core}]\nshard_memory_budget = \"1MiB\"\n"),
+    ) + &s3_sink(
+        "budget-s3",
+        &held,
+        &s3,
+        "part_size = \"5MiB\"\nidle_flush = \"0s\"\nmax_object_size = \"64MiB\"",
+    ) + &file_sink;
+    let mut engine = Engine::start(dir.path(), "budget", &cfg);
+    let deadline = std::time::Instant::now() + LONG;
+    while !engine.log().contains(" running") {
+        assert!(std::time::Instant::now() < deadline, "{}", engine.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // Now the other sink's messages arrive: the shard is at its budget, they wait.
+    send(&mut admin, &other, 0, "b", 0, 100);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        common::stored(&mut admin, &other, "budget-file", 0),
+        None,
+        "the file sink polled while the S3 sink held the shard's budget"
+    );
+    let out = std::fs::read_to_string(dir.path().join("other.jsonl")).unwrap_or_default();
+    assert_eq!(out.lines().count(), 0, "{out}");
+    // On SIGTERM the S3 sink flushes; the engine stops cleanly.
+    stop_clean(&mut engine, Duration::from_secs(30));
+}
