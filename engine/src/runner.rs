@@ -495,6 +495,7 @@ impl Runner {
     }
 
     fn next_wake(&self) -> Instant {
+        self.sync_buffered();
         let now = Instant::now();
         let mut wake = now + Duration::from_millis(50);
         wake = wake.min(self.next_tick);
@@ -517,8 +518,12 @@ impl Runner {
         wake.max(now)
     }
 
-    /// Moves a self-paced sink's current bytes into the shard's total.
+    /// Moves a self-paced sink's current bytes into the shard's total (once per turn, before
+    /// the partitions are looked at: the figure is the sink's, not a partition's).
     fn sync_buffered(&self) {
+        if self.counts_payloads {
+            return;
+        }
         let now = self.sink.buffered().unwrap_or(0);
         let before = self.buffered_in_held.replace(now);
         let held = self.shard.held.get().saturating_sub(before);
@@ -529,8 +534,7 @@ impl Runner {
         if !self.counts_payloads {
             // The sink holds encoded data, not the polled messages (an S3 object confirms
             // all its messages at once): its own memory is what counts, in the shard's total
-            // with the other sinks' held payloads.
-            self.sync_buffered();
+            // with the other sinks' held payloads (see `sync_buffered`).
             return self.shard.held.get() < self.shard.budget;
         }
         p.tracker.unconfirmed() < u64::from(self.cfg.window_messages)
@@ -890,6 +894,7 @@ impl Runner {
     /// Polls one partition with room, round robin, and delivers what came; `true` when
     /// something was delivered.
     async fn poll_one(&mut self) -> Result<bool, Fatal> {
+        self.sync_buffered();
         let now = Instant::now();
         let n = self.parts.len();
         let mut chosen = None;

@@ -51,7 +51,7 @@ pub use mqtt_count_proxy::{MqttCountProxy, ProxyStats};
 pub use mqtt_wire::{ConnAckInfo, MqttVersion};
 pub use process::{LOG_TAIL_LINES, ServerProcess};
 pub use received::{Received, RecordedProps};
-pub use s3server::{REGION, S3Server, S3ServerOpts};
+pub use s3server::{REGION, S3Server, S3ServerOpts, object_files};
 pub use subscriber::{Subscriber, SubscriberOpts};
 pub use tls::{ClientTls, DEFAULT_SERVER_NAME};
 pub use transport::Transport;

@@ -285,3 +285,31 @@ fn validate_bucket_name(name: &str) -> Result<(), HarnessError> {
         )))
     }
 }
+
+/// The object files under `dir` (s3s-fs's directory of a bucket, or of a key prefix in it), in
+/// path order, without s3s-fs's own bookkeeping (`*.metadata.json`, `.upload*` parts, dot
+/// entries; a sink's `.spillway/` markers are dot entries too).
+pub fn object_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if name.starts_with('.') {
+                continue;
+            }
+            if path.is_dir() {
+                walk(&path, out)?;
+            } else if !name.ends_with(".metadata.json") && !name.contains(".upload") {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(dir, &mut out)?;
+    out.sort();
+    Ok(out)
+}

@@ -112,28 +112,7 @@ pub fn fill(
 /// The object files under `dir` (a key prefix in s3s-fs's bucket directory), in key order,
 /// without s3s-fs's own bookkeeping files.
 pub fn object_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-        for entry in std::fs::read_dir(dir)? {
-            let path = entry?.path();
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if name.starts_with('.') {
-                continue;
-            }
-            if path.is_dir() {
-                walk(&path, out)?;
-            } else if !name.ends_with(".metadata.json") && !name.contains(".upload") {
-                out.push(path);
-            }
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    walk(dir, &mut out).map_err(|e| format!("listing {}: {e}", dir.display()))?;
-    out.sort();
-    Ok(out)
+    spillway_tests::object_files(dir).map_err(|e| format!("listing {}: {e}", dir.display()))
 }
 
 /// How an object was compressed.

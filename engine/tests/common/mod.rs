@@ -497,28 +497,17 @@ pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
 /// The object files s3s-fs stores under a bucket directory: (key, path, size), skipping its
 /// own bookkeeping (names starting with a dot, `.metadata.json` sidecars, `.upload` parts).
 pub fn object_files(bucket_dir: &Path) -> Vec<(String, PathBuf, u64)> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf, u64)>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                continue;
-            }
-            if path.is_dir() {
-                walk(root, &path, out);
-            } else if !name.ends_with(".metadata.json") && !name.contains(".upload") {
-                let key = path
-                    .strip_prefix(root)
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned();
-                let size = std::fs::metadata(&path).unwrap().len();
-                out.push((key, path, size));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(bucket_dir, bucket_dir, &mut out);
-    out.sort();
-    out
+    spillway_tests::object_files(bucket_dir)
+        .unwrap()
+        .into_iter()
+        .map(|path| {
+            let key = path
+                .strip_prefix(bucket_dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let size = std::fs::metadata(&path).unwrap().len();
+            (key, path, size)
+        })
+        .collect()
 }

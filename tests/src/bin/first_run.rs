@@ -359,37 +359,17 @@ fn scrape(addr: SocketAddr) -> Option<Sample> {
 /// (objects, lines) under s3s-fs's bucket directory, leaving out s3s-fs's own bookkeeping and
 /// the sink's `.spillway/` marker objects.
 fn count_lines(bucket_dir: &Path) -> Result<(u64, u64), String> {
-    fn walk(dir: &Path, objects: &mut u64, lines: &mut u64) -> Result<(), String> {
-        let entries =
-            std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
-        for entry in entries {
-            let path = entry
-                .map_err(|e| format!("reading {}: {e}", dir.display()))?
-                .path();
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if name.starts_with('.') {
-                continue;
-            }
-            if path.is_dir() {
-                walk(&path, objects, lines)?;
-            } else if !name.ends_with(".metadata.json") && !name.contains(".upload") {
-                let body =
-                    std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-                *objects += 1;
-                *lines += body
-                    .split(|b| *b == b'\n')
-                    .filter(|l| !l.is_empty())
-                    .count() as u64;
-            }
-        }
-        Ok(())
+    let files = spillway_tests::object_files(bucket_dir)
+        .map_err(|e| format!("listing {}: {e}", bucket_dir.display()))?;
+    let mut lines = 0;
+    for path in &files {
+        let body = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        lines += body
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count() as u64;
     }
-    let (mut objects, mut lines) = (0, 0);
-    walk(bucket_dir, &mut objects, &mut lines)?;
-    Ok((objects, lines))
+    Ok((files.len() as u64, lines))
 }
 
 /// The last lines of the engine's log.

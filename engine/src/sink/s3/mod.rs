@@ -120,7 +120,6 @@ struct Finisher {
     acks: Acks,
     retry_min: Duration,
     retry_max: Duration,
-    uploaded: Rc<Cell<u64>>,
     failures: Rc<Cell<u64>>,
 }
 
@@ -227,7 +226,6 @@ impl S3Sink {
             acks: acks.clone(),
             retry_min: cfg.retry_min.0,
             retry_max: cfg.retry_max.0,
-            uploaded: Rc::default(),
             failures: Rc::default(),
         };
         Ok(S3Sink {
@@ -714,7 +712,6 @@ async fn complete(
     match result {
         Ok(info) => {
             debug!(sink = %f.sink, key = %info.key, size = info.size, first = job.first, last = job.last, count = job.count, "object complete");
-            f.uploaded.set(f.uploaded.get() + 1);
             shared.backoff.set(f.retry_min);
             f.acks.confirm(job.slot, job.first, job.last);
             true
