@@ -3,7 +3,11 @@
 # first-run program in release mode, then runs the demo: the engine with the generate source
 # (no Iggy server needed) delivering to a local mosquitto and a local s3s-fs, with a live
 # progress line and a summary that checks sent = received = in objects.
-# Arguments go to the program: --messages N (default 200000), --engine PATH.
+# Arguments go to the program: --messages N (default 200000), --engine PATH, and
+# --iggy HOST:PORT (or SPILLWAY_IGGY_ADDRESS) to read from a real Iggy server instead: it logs in
+# as SPILLWAY_IGGY_USERNAME / SPILLWAY_IGGY_PASSWORD (default iggy / iggy), sends the messages
+# into a new stream, runs the engine on it, stops it (SIGTERM) once both sinks stored their last
+# offsets, and deletes the stream.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

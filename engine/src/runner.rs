@@ -537,7 +537,15 @@ impl Runner {
             // with the other sinks' held payloads (see `sync_buffered`).
             return self.shard.held.get() < self.shard.budget;
         }
-        p.tracker.unconfirmed() < u64::from(self.cfg.window_messages)
+        // Poll again once a useful batch fits: a full batch or a quarter of the window,
+        // whichever is smaller (with nothing in flight that always holds). Topping the window
+        // up as acknowledgements trickle in from a slow broker would poll a few messages at a
+        // time: a round trip to Iggy per few messages, and a reply buffer kept alive by each
+        // few (measured: 9-13 µs of CPU per 100-byte message against mosquitto, against 0.3
+        // to a broker that keeps up).
+        let window = u64::from(self.cfg.window_messages);
+        let step = (window / 4).min(u64::from(self.cfg.batch_size)).max(1);
+        p.tracker.unconfirmed() + step <= window
             && p.tracker.unconfirmed_bytes() < self.cfg.window_bytes.0
             && self.shard.held.get() < self.shard.budget
     }

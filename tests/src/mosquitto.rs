@@ -56,6 +56,8 @@ pub struct MosquittoOpts {
     extra_lines: Vec<String>,
     verbose_log: bool,
     start_timeout: Duration,
+    /// `set_tcp_nodelay true` (the harness's default; mosquitto's own is false).
+    tcp_nodelay: bool,
 }
 
 impl Default for MosquittoOpts {
@@ -71,6 +73,7 @@ impl Default for MosquittoOpts {
             extra_lines: Vec::new(),
             verbose_log: false,
             start_timeout: Duration::from_secs(10),
+            tcp_nodelay: true,
         }
     }
 }
@@ -89,6 +92,7 @@ impl fmt::Debug for MosquittoOpts {
             .field("extra_lines", &self.extra_lines)
             .field("verbose_log", &self.verbose_log)
             .field("start_timeout", &self.start_timeout)
+            .field("tcp_nodelay", &self.tcp_nodelay)
             .finish()
     }
 }
@@ -97,6 +101,14 @@ impl MosquittoOpts {
     /// A plain listener allowing anonymous clients.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Leaves Nagle's algorithm on for client sockets, as a stock mosquitto does
+    /// (`set_tcp_nodelay false`): it then holds back small writes such as PUBACKs until the
+    /// previous one is ACKed. The harness otherwise sets `set_tcp_nodelay true`.
+    pub fn nagle(mut self) -> Self {
+        self.tcp_nodelay = false;
+        self
     }
 
     /// Adds a user (written with `mosquitto_passwd`); with at least one user anonymous clients
@@ -253,7 +265,9 @@ impl Mosquitto {
         if opts.verbose_log {
             fixed.push("log_type all".to_owned());
         }
-        fixed.push("set_tcp_nodelay true".to_owned());
+        if opts.tcp_nodelay {
+            fixed.push("set_tcp_nodelay true".to_owned());
+        }
         fixed.push(format!("max_queued_messages {}", opts.max_queued_messages));
         fixed.push(format!("max_queued_bytes {}", opts.max_queued_bytes));
         if let Some(n) = opts.max_inflight_messages {

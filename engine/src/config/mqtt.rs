@@ -155,7 +155,9 @@ pub struct MqttSinkConfig {
     /// read completes only once the bytes of a quarter of the window's acknowledgements
     /// (QoS 1; an eighth for QoS 2, whose PUBRELs must not wait long) have arrived
     /// (`SO_RCVLOWAT`), instead of once per PUBACK from a broker that writes each on its own
-    /// (mosquitto). Saves most of the publisher's CPU at some latency (see tuning.md).
+    /// (mosquitto). Saves most of the publisher's CPU at some latency (see tuning.md). A
+    /// connection whose batched reads wait over 30 ms twice running (a broker with Nagle's
+    /// algorithm on, which holds acknowledgements back until ACKed) turns it off for itself.
     #[serde(default = "defaults::yes")]
     pub ack_batching: bool,
     /// Start every connection with a fresh session. With `false` the session survives

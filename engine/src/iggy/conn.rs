@@ -188,6 +188,15 @@ impl Connection {
         while self.read.len() < size {
             self.read_more(size - self.read.len()).await?;
         }
+        // A frame that fills little of the read buffer is copied out, so the buffer stays
+        // ours to reuse: handed out as is, every message of the frame would keep the whole
+        // buffer (64 KiB or more) alive while it is in flight. Polls of a few messages each
+        // held hundreds of MiB that way against a slow sink.
+        if size.saturating_mul(4) < self.read.capacity() {
+            let frame = Bytes::copy_from_slice(&self.read[..size]);
+            self.read.advance(size);
+            return Ok(frame);
+        }
         Ok(self.read.split_to(size).freeze())
     }
 

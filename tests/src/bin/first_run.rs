@@ -2,41 +2,94 @@
 //!
 //! It starts a mosquitto broker and an s3s-fs store (the harness's servers, on free loopback
 //! ports in temporary directories), subscribes to the demo topic, runs the `spillway` binary
-//! with the `generate` source feeding one MQTT sink and one S3 sink, shows a live progress line
-//! from the engine's `/metrics` endpoint, and finally checks that every generated message was
-//! received by the subscriber and written to an object.
+//! feeding one MQTT sink and one S3 sink, shows a live progress line from the engine's
+//! `/metrics` endpoint, and finally checks that every message was received by the subscriber
+//! and written to an object.
+//!
+//! Where the messages come from:
+//! - By default, the engine's `generate` source (no Iggy server needed). The engine exits by
+//!   itself once every generated message is confirmed.
+//! - With `--iggy HOST:PORT` (or `SPILLWAY_IGGY_ADDRESS`), a real Iggy server. The program logs
+//!   in as `SPILLWAY_IGGY_USERNAME` / `SPILLWAY_IGGY_PASSWORD` (default `iggy` / `iggy`, the
+//!   server's default root user), creates a fresh stream (`spillway-first-run-<pid>-<ms>`) with
+//!   a topic of [`IGGY_PARTITIONS`] partitions, sends the messages into it (JSON payloads, in
+//!   batches of [`SEND_BATCH`]) and runs the engine with the Iggy source; the password reaches
+//!   the engine through `SPILLWAY_IGGY_PASSWORD`, never the config file. An engine reading Iggy
+//!   does not end by itself: once both sinks have stored the last offset of every partition in
+//!   Iggy (each sink is its own Iggy consumer, named after the sink), the program stops it with
+//!   SIGTERM and expects exit 0. The stream is deleted at the end (best effort).
 //!
 //! Exit status: 0 when the three counts agree, 1 when one is off, 2 when the run itself failed.
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use secrecy::{ExposeSecret, SecretString};
 use spillway_tests::ports::free_loopback_port;
-use spillway_tests::{Mosquitto, MosquittoOpts, S3Server, Subscriber, SubscriberOpts};
+use spillway_tests::{
+    IggyAdmin, Mosquitto, MosquittoOpts, S3Server, Subscriber, SubscriberOpts, TestConsumer,
+    TestMessage,
+};
 
-const USAGE: &str = "usage: spillway-first-run [--messages N] [--engine PATH]
+const USAGE: &str = "usage: spillway-first-run [--messages N] [--engine PATH] [--iggy HOST:PORT]
 
-Runs the spillway engine with the generate source (no Iggy server needed), delivering to a
-local mosquitto and a local s3s-fs it starts, and checks that every message arrived.
+Runs the spillway engine feeding one MQTT sink and one S3 sink, delivering to a local
+mosquitto and a local s3s-fs it starts, and checks that every message arrived. By default the
+messages come from the engine's generate source (no Iggy server needed).
 
-  --messages N    messages per sink (default 200000; 100 bytes each over 4 partitions)
-  --engine PATH   the spillway binary (default: next to this program, then target/release,
-                  then target/debug)
-  --iggy H:P      read from an Iggy server instead (not supported yet)";
+  --messages N      messages per sink (default 200000; 100 bytes each)
+  --engine PATH     the spillway binary (default: next to this program, then target/release,
+                    then target/debug)
+  --iggy HOST:PORT  read from this Iggy server instead (or set SPILLWAY_IGGY_ADDRESS): log in
+                    as SPILLWAY_IGGY_USERNAME / SPILLWAY_IGGY_PASSWORD (default iggy / iggy),
+                    send the messages into a new stream (2 partitions), run the engine on it,
+                    stop it once both sinks stored their last offsets, delete the stream";
 
+/// The engine's environment overrides (`engine/src/config/mod.rs`), read here too.
+const ENV_IGGY_ADDRESS: &str = "SPILLWAY_IGGY_ADDRESS";
+const ENV_IGGY_USERNAME: &str = "SPILLWAY_IGGY_USERNAME";
+const ENV_IGGY_PASSWORD: &str = "SPILLWAY_IGGY_PASSWORD";
+const ENV_IGGY_TOKEN: &str = "SPILLWAY_IGGY_TOKEN";
+/// Iggy's default root user.
+const DEFAULT_IGGY_USER: (&str, &str) = ("iggy", "iggy");
+
+/// Partitions of the generate source.
 const PARTITIONS: u32 = 4;
+/// Partitions of the topic created on an Iggy server.
+const IGGY_PARTITIONS: u32 = 2;
+/// The topic created in the fresh stream.
+const IGGY_TOPIC: &str = "demo";
+/// Messages per send request to Iggy.
+const SEND_BATCH: u64 = 1000;
 const SIZE: u64 = 100;
+/// The sink names. With the Iggy source each is also the Iggy consumer its offsets are stored
+/// under (the engine's default when a sink sets no `consumer`).
+const MQTT_SINK: &str = "mqtt";
+const S3_SINK: &str = "s3";
 /// The MQTT topic template: every message gets its own topic, so duplicates can be told apart.
 const TOPIC: &str = "spillway/demo/{partition}/{offset}";
 const FILTER: &str = "spillway/demo/#";
+/// How long the engine may take to exit after SIGTERM (its default `shutdown_timeout` is 10 s).
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
 struct Args {
     messages: u64,
     engine: Option<PathBuf>,
+    iggy: Option<IggyTarget>,
+}
+
+/// The Iggy server to read from instead of the generate source, and who to log in as. The
+/// password stays in a [`SecretString`] (its `Debug` is redacted) and is only handed to the
+/// login request and to the engine's environment.
+struct IggyTarget {
+    /// `host:port`, as given.
+    address: String,
+    username: String,
+    password: SecretString,
 }
 
 fn main() -> ExitCode {
@@ -51,7 +104,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&args) {
+    match run(args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
@@ -61,15 +114,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// A variable of the environment, `None` when unset or empty.
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
 /// The options; `None` when help was asked for.
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
     let mut args = Args {
         messages: 200_000,
         engine: None,
+        iggy: None,
     };
-    let mut iggy = std::env::var("SPILLWAY_IGGY_ADDRESS")
-        .ok()
-        .filter(|a| !a.is_empty());
+    let mut iggy = env_var(ENV_IGGY_ADDRESS);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
         match arg.as_str() {
@@ -87,12 +144,23 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, Stri
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    if let Some(addr) = iggy {
-        return Err(format!(
-            "reading from an Iggy server ({addr}, from --iggy or SPILLWAY_IGGY_ADDRESS) is not \
-             supported yet; the first run uses the built-in generate source (unset \
-             SPILLWAY_IGGY_ADDRESS), and examples/iggy-to-mqtt.toml shows an Iggy config"
-        ));
+    if let Some(address) = iggy {
+        let address = address.trim().to_owned();
+        if address.rsplit_once(':').is_none_or(|(host, port)| {
+            host.is_empty() || port.is_empty() || port.parse::<u16>().is_err()
+        }) {
+            return Err(format!(
+                "--iggy / {ENV_IGGY_ADDRESS} {address:?}: expected HOST:PORT, such as \
+                 127.0.0.1:8090"
+            ));
+        }
+        args.iggy = Some(IggyTarget {
+            address,
+            username: env_var(ENV_IGGY_USERNAME).unwrap_or_else(|| DEFAULT_IGGY_USER.0.to_owned()),
+            password: SecretString::from(
+                env_var(ENV_IGGY_PASSWORD).unwrap_or_else(|| DEFAULT_IGGY_USER.1.to_owned()),
+            ),
+        });
     }
     Ok(Some(args))
 }
@@ -122,9 +190,27 @@ fn find_engine(given: Option<&Path>) -> Result<PathBuf, String> {
     })
 }
 
-fn run(args: &Args) -> Result<bool, String> {
+fn run(args: Args) -> Result<bool, String> {
     let engine = find_engine(args.engine.as_deref())?;
     let n = args.messages;
+    // With an Iggy server: the stream first, so an unreachable server or a wrong password
+    // fails before anything else is started.
+    let mut demo = match args.iggy {
+        Some(target) => Some(IggyDemo::create(target, n)?),
+        None => None,
+    };
+    let result = deliver(&engine, n, demo.as_mut());
+    if let Some(demo) = demo {
+        demo.delete();
+    }
+    result
+}
+
+/// Starts the servers and the engine, follows its progress, stops it when it is done (with an
+/// Iggy source) and checks the counts. The servers, the subscriber and the temporary
+/// directory are dropped on return (the servers are killed and their directories removed),
+/// and so is the engine if it still runs.
+fn deliver(engine: &Path, n: u64, mut demo: Option<&mut IggyDemo>) -> Result<bool, String> {
     println!("first-run: starting mosquitto and s3s-fs on loopback ports");
     // A large in-flight window on the broker, both ways, so QoS 1 is not held to 20 messages.
     let broker = Mosquitto::start(MosquittoOpts::new().max_inflight_messages(1000))
@@ -140,29 +226,52 @@ fn run(args: &Args) -> Result<bool, String> {
     let metrics = SocketAddr::from(([127, 0, 0, 1], metrics_port));
 
     let config_path = dir.path().join("first-run.toml");
-    let config = config(n, &broker, &store, metrics);
+    let config = config(n, &broker, &store, metrics, demo.as_deref());
     std::fs::write(&config_path, &config)
         .map_err(|e| format!("writing {}: {e}", config_path.display()))?;
     let log_path = dir.path().join("spillway.log");
     let log = std::fs::File::create(&log_path)
         .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
+    let from = match demo.as_deref() {
+        None => format!("{n} generated messages of {SIZE} B over {PARTITIONS} partitions"),
+        Some(d) => format!(
+            "{n} messages from Iggy at {} (stream {}, topic {IGGY_TOPIC}, {IGGY_PARTITIONS} \
+             partitions)",
+            d.target.address, d.stream
+        ),
+    };
     println!(
-        "first-run: {} run: {n} messages of {SIZE} B over {PARTITIONS} partitions to MQTT \
-         (QoS 1, {}) and to S3 ({}, json_lines)",
+        "first-run: {} run: {from} to MQTT (QoS 1, {}) and to S3 ({}, json_lines)",
         engine.display(),
         broker.host_port(),
         store.endpoint()
     );
-    let mut child = Command::new(&engine)
+    let mut command = Command::new(engine);
+    command
         .arg("run")
         .arg("--config")
         .arg(&config_path)
         .env("NO_COLOR", "1")
+        // The engine reads these on top of the file; set them all here so that whatever the
+        // caller's environment holds, the engine logs in as this program did.
+        .env_remove(ENV_IGGY_ADDRESS)
+        .env_remove(ENV_IGGY_USERNAME)
+        .env_remove(ENV_IGGY_PASSWORD)
+        .env_remove(ENV_IGGY_TOKEN);
+    if let Some(d) = demo.as_deref() {
+        command
+            .env(ENV_IGGY_ADDRESS, &d.target.address)
+            .env(ENV_IGGY_USERNAME, &d.target.username)
+            .env(ENV_IGGY_PASSWORD, d.target.password.expose_secret());
+    }
+    let child = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
         .map_err(|e| format!("starting {}: {e}", engine.display()))?;
+    let mut engine_process = EngineProcess(child);
+    let child = &mut engine_process.0;
 
     // Generous: even a debug engine moves thousands of messages a second.
     let timeout = Duration::from_secs(120 + n / 1000);
@@ -171,15 +280,28 @@ fn run(args: &Args) -> Result<bool, String> {
     let mut last = (started, Sample::default());
     let status = loop {
         match child.try_wait() {
-            Ok(Some(status)) => break status,
+            Ok(Some(status)) if demo.is_none() => break status,
+            Ok(Some(status)) => {
+                println!();
+                return Err(format!(
+                    "the engine exited ({status}) before both sinks stored their last \
+                     offsets; its log:\n{}",
+                    log_tail(&log_path)
+                ));
+            }
             Ok(None) => {}
             Err(e) => return Err(format!("waiting for the engine: {e}")),
         }
         if started.elapsed() > timeout {
             let _ = child.kill();
             let _ = child.wait();
+            let stored = match demo.as_deref_mut() {
+                Some(d) => format!(" (stored offsets: {})", d.stored_report()),
+                None => String::new(),
+            };
+            println!();
             return Err(format!(
-                "the engine did not finish within {timeout:?}; its log:\n{}",
+                "the engine did not finish within {timeout:?}{stored}; its log:\n{}",
                 log_tail(&log_path)
             ));
         }
@@ -205,9 +327,25 @@ fn run(args: &Args) -> Result<bool, String> {
             let _ = std::io::stdout().flush();
             last = (at, now);
         }
+        // With an Iggy source the engine runs until stopped: stop it once both sinks have
+        // stored (committed to Iggy) the last offset of every partition.
+        if let Some(d) = demo.as_deref_mut()
+            && d.all_stored()?
+        {
+            println!();
+            println!(
+                "first-run: both sinks stored the last offset of every partition after {:.1} s; \
+                 stopping the engine (SIGTERM)",
+                started.elapsed().as_secs_f64()
+            );
+            break terminate(child, STOP_TIMEOUT)
+                .map_err(|e| format!("{e}; its log:\n{}", log_tail(&log_path)))?;
+        }
         std::thread::sleep(Duration::from_millis(500));
     };
-    println!();
+    if demo.is_none() {
+        println!();
+    }
     if !status.success() {
         return Err(format!(
             "the engine exited with {status}; its log:\n{}",
@@ -232,7 +370,13 @@ fn run(args: &Args) -> Result<bool, String> {
     let (objects, lines) = count_lines(&store.bucket_dir())?;
 
     println!("first-run: summary");
-    println!("  generated per sink   {n}");
+    match demo.as_deref() {
+        None => println!("  generated per sink   {n}"),
+        Some(d) => println!(
+            "  sent to Iggy         {n} (Iggy at {}, stream {}, topic {IGGY_TOPIC})",
+            d.target.address, d.stream
+        ),
+    }
     println!("  MQTT subscriber      {distinct} distinct messages ({duplicates} duplicates)");
     println!("  S3 objects           {lines} JSON lines in {objects} objects");
     let mut off = Vec::new();
@@ -249,39 +393,323 @@ fn run(args: &Args) -> Result<bool, String> {
         println!("first-run: MISMATCH: {}", off.join("; "));
         Ok(false)
     }
-    // The broker, the store, the subscriber and the directory are dropped here: the servers
-    // are killed and their temporary directories removed.
 }
 
-/// The engine config: the generate source feeding one MQTT sink and one S3 sink.
-fn config(n: u64, broker: &Mosquitto, store: &S3Server, metrics: SocketAddr) -> String {
-    let generate = format!(
-        "[sink.generate]\npartitions = {PARTITIONS}\nrate = 0\nsize = {SIZE}\nmessages = {n}\n"
-    );
+/// The engine process; killed and reaped on drop when it still runs (a run that failed).
+struct EngineProcess(Child);
+
+impl Drop for EngineProcess {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Sends SIGTERM (with the `kill` command) and waits up to `timeout` for the engine to exit.
+fn terminate(child: &mut Child, timeout: Duration) -> Result<ExitStatus, String> {
+    if let Ok(Some(status)) = child.try_wait() {
+        return Ok(status);
+    }
+    let sent = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .map_err(|e| format!("sending SIGTERM to the engine: {e}"))?;
+    if !sent.success() {
+        return Err(format!(
+            "sending SIGTERM to the engine: kill exited with {sent}"
+        ));
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(status),
+            Ok(None) if Instant::now() >= deadline => {
+                return Err(format!(
+                    "the engine did not exit within {timeout:?} of SIGTERM"
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => return Err(format!("waiting for the engine: {e}")),
+        }
+    }
+}
+
+/// The stream this program created on the Iggy server, and where each partition ends.
+struct IggyDemo {
+    target: IggyTarget,
+    admin: IggyAdmin,
+    stream: String,
+    /// `(partition, offset of its last message)` of every partition that holds messages.
+    last_offsets: Vec<(u32, u64)>,
+}
+
+impl IggyDemo {
+    /// Logs in, creates a fresh stream and topic and sends `n` messages into it. When sending
+    /// fails, the stream is deleted again.
+    fn create(target: IggyTarget, n: u64) -> Result<IggyDemo, String> {
+        let addr = resolve(&target.address)?;
+        let resolved = if addr.to_string() == target.address {
+            String::new()
+        } else {
+            format!(" ({addr})")
+        };
+        println!(
+            "first-run: using the Iggy server at {}{resolved}, user {}",
+            target.address, target.username
+        );
+        let admin = IggyAdmin::connect(addr, &target.username, target.password.expose_secret())
+            .map_err(|e| {
+                format!(
+                    "logging in to Iggy at {} as {} (credentials from {ENV_IGGY_USERNAME} / \
+                     {ENV_IGGY_PASSWORD}, default iggy / iggy): {e}",
+                    target.address, target.username
+                )
+            })?;
+        let millis = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        let stream = format!("spillway-first-run-{}-{millis}", std::process::id());
+        let mut demo = IggyDemo {
+            target,
+            admin,
+            stream,
+            last_offsets: Vec::new(),
+        };
+        demo.admin
+            .create_stream(&demo.stream)
+            .map_err(|e| format!("creating stream {} on Iggy: {e}", demo.stream))?;
+        match demo.fill(n) {
+            Ok(()) => Ok(demo),
+            Err(e) => {
+                demo.delete();
+                Err(e)
+            }
+        }
+    }
+
+    /// Creates the topic and sends `n` messages (ids 1..=n, JSON payloads) spread evenly over
+    /// its partitions, then reads back where each partition ends.
+    fn fill(&mut self, n: u64) -> Result<(), String> {
+        self.admin
+            .create_topic(&self.stream, IGGY_TOPIC, IGGY_PARTITIONS)
+            .map_err(|e| format!("creating topic {IGGY_TOPIC} in stream {}: {e}", self.stream))?;
+        let started = Instant::now();
+        let parts = u64::from(IGGY_PARTITIONS);
+        let mut seq = 0u64;
+        for partition in 0..IGGY_PARTITIONS {
+            let mut left = n / parts + u64::from(u64::from(partition) < n % parts);
+            while left > 0 {
+                let count = left.min(SEND_BATCH);
+                let batch: Vec<TestMessage> = (0..count)
+                    .map(|_| {
+                        seq += 1;
+                        TestMessage::new(u128::from(seq), payload(seq, partition))
+                    })
+                    .collect();
+                self.admin
+                    .send(&self.stream, IGGY_TOPIC, partition, &batch)
+                    .map_err(|e| {
+                        format!(
+                            "sending messages to partition {partition} of {}/{IGGY_TOPIC}: {e}",
+                            self.stream
+                        )
+                    })?;
+                left -= count;
+            }
+        }
+        let heads = self
+            .admin
+            .partition_heads(&self.stream, IGGY_TOPIC)
+            .map_err(|e| format!("reading topic {}/{IGGY_TOPIC}: {e}", self.stream))?;
+        let held: u64 = heads.iter().map(|&(_, _, count)| count).sum();
+        if held != n {
+            return Err(format!(
+                "sent {n} messages to {}/{IGGY_TOPIC}, but its partitions hold {held}",
+                self.stream
+            ));
+        }
+        self.last_offsets = heads
+            .iter()
+            .filter(|&&(_, _, count)| count > 0)
+            .map(|&(partition, last, _)| (partition, last))
+            .collect();
+        println!(
+            "first-run: created stream {} (topic {IGGY_TOPIC}, {IGGY_PARTITIONS} partitions) and \
+             sent {n} messages into it in {:.1} s",
+            self.stream,
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
+    }
+
+    /// Whether both sinks have stored the last offset of every partition.
+    fn all_stored(&mut self) -> Result<bool, String> {
+        for sink in [MQTT_SINK, S3_SINK] {
+            for i in 0..self.last_offsets.len() {
+                let (partition, last) = self.last_offsets[i];
+                if self.stored(sink, partition)?.is_none_or(|s| s < last) {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// What sink `sink` (its Iggy consumer of the same name) stored for `partition`.
+    fn stored(&mut self, sink: &str, partition: u32) -> Result<Option<u64>, String> {
+        self.admin
+            .stored_offset(
+                &TestConsumer::Named(sink.to_owned()),
+                &self.stream,
+                IGGY_TOPIC,
+                partition,
+            )
+            .map_err(|e| {
+                format!(
+                    "reading the offset sink {sink} stored for partition {partition} of {}/\
+                     {IGGY_TOPIC}: {e}",
+                    self.stream
+                )
+            })
+    }
+
+    /// The stored offsets against the last ones, for an error message.
+    fn stored_report(&mut self) -> String {
+        let mut out = Vec::new();
+        for sink in [MQTT_SINK, S3_SINK] {
+            for i in 0..self.last_offsets.len() {
+                let (partition, last) = self.last_offsets[i];
+                let stored = match self.stored(sink, partition) {
+                    Ok(Some(offset)) => offset.to_string(),
+                    Ok(None) => "none".to_owned(),
+                    Err(_) => "unknown".to_owned(),
+                };
+                out.push(format!("{sink} partition {partition}: {stored} of {last}"));
+            }
+        }
+        out.join(", ")
+    }
+
+    /// Deletes the stream (best effort: a failure is reported, not fatal).
+    fn delete(mut self) {
+        match self.admin.delete_stream(&self.stream) {
+            Ok(()) => println!(
+                "first-run: deleted stream {} from the Iggy server at {}",
+                self.stream, self.target.address
+            ),
+            Err(e) => eprintln!(
+                "first-run: could not delete stream {} from the Iggy server at {} ({e}); \
+                 delete it by hand",
+                self.stream, self.target.address
+            ),
+        }
+    }
+}
+
+/// The first address `host:port` resolves to.
+fn resolve(address: &str) -> Result<SocketAddr, String> {
+    address
+        .to_socket_addrs()
+        .map_err(|e| format!("resolving the Iggy address {address}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("resolving the Iggy address {address}: no address"))
+}
+
+/// A JSON payload of [`SIZE`] bytes (padded) naming its sequence number and partition.
+fn payload(seq: u64, partition: u32) -> Vec<u8> {
+    let mut text =
+        format!(r#"{{"seq":{seq},"partition":{partition},"from":"spillway-first-run","pad":""#);
+    let end = "\"}";
+    let size = usize::try_from(SIZE).unwrap_or(100);
+    while text.len() + end.len() < size {
+        text.push('.');
+    }
+    text.push_str(end);
+    text.into_bytes()
+}
+
+/// `value` as a TOML basic string (quoted, `"`, `\` and control characters escaped).
+fn toml_string(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The engine config: one MQTT sink and one S3 sink, both fed by the generate source, or both
+/// reading the demo stream on Iggy (the password is not in the file: the engine reads it from
+/// `SPILLWAY_IGGY_PASSWORD`, which [`deliver`] sets).
+fn config(
+    n: u64,
+    broker: &Mosquitto,
+    store: &S3Server,
+    metrics: SocketAddr,
+    demo: Option<&IggyDemo>,
+) -> String {
+    // `iggy`: the [iggy] table; `source`: keys of each [[sink]]; `tables`: a table after each
+    // sink's own.
+    let (iggy, source, tables) = match demo {
+        None => (
+            String::new(),
+            "source = \"generate\"\n".to_owned(),
+            format!(
+                "\n[sink.generate]\npartitions = {PARTITIONS}\nrate = 0\nsize = {SIZE}\n\
+                 messages = {n}\n"
+            ),
+        ),
+        Some(d) => {
+            let partitions: Vec<String> = (0..IGGY_PARTITIONS).map(|p| p.to_string()).collect();
+            (
+                format!(
+                    "[iggy]\naddress = {}\nusername = {}\n# The password comes from \
+                     {ENV_IGGY_PASSWORD}, set by spillway-first-run.\n\n",
+                    toml_string(&d.target.address),
+                    toml_string(&d.target.username)
+                ),
+                format!(
+                    "# Offsets are stored under the Iggy consumer named after the sink.\n\
+                     stream = {}\ntopic = \"{IGGY_TOPIC}\"\npartitions = [{}]\n\
+                     start = \"earliest\"\n",
+                    toml_string(&d.stream),
+                    partitions.join(", ")
+                ),
+                String::new(),
+            )
+        }
+    };
     format!(
         r#"# Written by spillway-first-run.
-[metrics]
+{iggy}[metrics]
 address = "{metrics}"
 log_interval = "0s"
 
 [[sink]]
-name = "mqtt"
+name = "{MQTT_SINK}"
 type = "mqtt"
-source = "generate"
-
+{source}
 [sink.mqtt]
 address = "{mqtt}"
 protocol = "5"
 max_inflight = 1000
 qos = 1
 topic = "{TOPIC}"
-
-{generate}
+{tables}
 [[sink]]
-name = "s3"
+name = "{S3_SINK}"
 type = "s3"
-source = "generate"
-
+{source}
 [sink.s3]
 bucket = "{bucket}"
 endpoint = "{endpoint}"
@@ -290,8 +718,7 @@ access_key_id = "{ak}"
 secret_access_key = "{sk}"
 format = "json_lines"
 idle_flush = "1s"
-
-{generate}"#,
+{tables}"#,
         mqtt = broker.host_port(),
         bucket = store.bucket(),
         endpoint = store.endpoint(),

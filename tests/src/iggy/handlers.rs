@@ -199,7 +199,10 @@ fn non_replicated(state: &mut State, conn: u64, header: &RequestHeader, body: &[
     }
     let answer = match code {
         PING_CODE => Ok(Vec::new()),
-        POLL_MESSAGES_CODE => poll(state, header, body),
+        POLL_MESSAGES_CODE => {
+            state.poll_requests += 1;
+            poll(state, header, body)
+        }
         GET_CONSUMER_OFFSET_CODE => get_offset(state, body),
         SYNC_CONSUMER_GROUP_CODE => Ok(sync_group(state, header, body)),
         GET_STREAM_CODE => get_stream(state, body),

@@ -151,13 +151,24 @@ impl IggyStandInOpts {
 /// listening on an ephemeral loopback port. Dropping it closes the listener and every
 /// connection and joins its threads. See the [module docs](self) for what it does and how it
 /// differs from the real server.
-#[derive(Debug)]
 pub struct IggyStandIn {
     server: Server,
     username: String,
     password: String,
     /// The PEM certificate of the CA that issued the server certificate, when serving TLS.
     ca_pem: Option<String>,
+}
+
+// By hand: the password stays out of `Debug`.
+impl std::fmt::Debug for IggyStandIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IggyStandIn")
+            .field("server", &self.server)
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .field("tls", &self.ca_pem.is_some())
+            .finish()
+    }
 }
 
 impl IggyStandIn {
@@ -246,6 +257,11 @@ impl IggyStandIn {
         self.server.stored_offset_requests()
     }
 
+    /// How many PollMessages requests were served so far (refused ones included).
+    pub fn poll_requests(&self) -> u64 {
+        self.server.poll_requests()
+    }
+
     /// A logged-in admin client for the first user (over TLS when the stand-in serves TLS).
     pub fn admin(&self) -> Result<IggyAdmin, HarnessError> {
         match self.ca_pem() {
@@ -264,7 +280,6 @@ impl IggyStandIn {
 /// Where a test's Iggy lives: the stand-in, or a real server when `SPILLWAY_TEST_IGGY=host:port`
 /// is set (credentials from `SPILLWAY_TEST_IGGY_USERNAME` / `SPILLWAY_TEST_IGGY_PASSWORD`,
 /// default `iggy`/`iggy`).
-#[derive(Debug)]
 pub enum IggyServer {
     /// The stand-in, started for this test.
     StandIn(IggyStandIn),
@@ -279,22 +294,42 @@ pub enum IggyServer {
     },
 }
 
+// By hand: the password stays out of `Debug`.
+impl std::fmt::Debug for IggyServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IggyServer::StandIn(s) => f.debug_tuple("StandIn").field(s).finish(),
+            IggyServer::Real { addr, username, .. } => f
+                .debug_struct("Real")
+                .field("addr", addr)
+                .field("username", username)
+                .field("password", &"<redacted>")
+                .finish(),
+        }
+    }
+}
+
 impl IggyServer {
     /// The real server named by `SPILLWAY_TEST_IGGY`, or a fresh stand-in when it is unset
     /// or empty.
     pub fn from_env_or_stand_in() -> Result<Self, HarnessError> {
         let target = std::env::var("SPILLWAY_TEST_IGGY").unwrap_or_default();
+        Self::at_or_stand_in(&target, "SPILLWAY_TEST_IGGY")
+    }
+
+    /// The real server at `target` (`host:port`; `what` names where it came from in errors),
+    /// or a fresh stand-in when `target` is empty. Credentials as for
+    /// [`IggyServer::from_env_or_stand_in`].
+    pub fn at_or_stand_in(target: &str, what: &str) -> Result<Self, HarnessError> {
         let target = target.trim();
         if target.is_empty() {
             return IggyStandIn::start().map(IggyServer::StandIn);
         }
         let addr = target
             .to_socket_addrs()
-            .map_err(|e| HarnessError::InvalidOption(format!("SPILLWAY_TEST_IGGY={target}: {e}")))?
+            .map_err(|e| HarnessError::InvalidOption(format!("{what}={target}: {e}")))?
             .next()
-            .ok_or_else(|| {
-                HarnessError::InvalidOption(format!("SPILLWAY_TEST_IGGY={target}: no address"))
-            })?;
+            .ok_or_else(|| HarnessError::InvalidOption(format!("{what}={target}: no address")))?;
         let env_or = |name: &str, default: &str| {
             std::env::var(name)
                 .ok()
@@ -348,5 +383,24 @@ impl IggyServer {
                 IggyAdmin::connect(self.addr(), self.username(), self.password())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+
+    #[test]
+    fn passwords_stay_out_of_debug() {
+        let real = IggyServer::Real {
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], 8090)),
+            username: "u".into(),
+            password: "hunter2-secret".into(),
+        };
+        let text = format!("{real:?}");
+        assert!(
+            !text.contains("hunter2-secret") && text.contains("redacted"),
+            "{text}"
+        );
     }
 }

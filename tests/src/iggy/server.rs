@@ -106,6 +106,10 @@ impl Server {
         lock(&self.shared.state).stored_offset_requests
     }
 
+    pub(crate) fn poll_requests(&self) -> u64 {
+        lock(&self.shared.state).poll_requests
+    }
+
     /// Closes every client socket at once, then waits (up to 5 s) until their threads have
     /// cleaned up: sessions ended, group members removed and groups rebalanced.
     pub(crate) fn kill_connections(&self) {

@@ -481,6 +481,8 @@ pub(crate) struct State {
     revocation_timeout: Duration,
     /// How many StoreConsumerOffset requests were served.
     pub(crate) stored_offset_requests: u64,
+    /// How many PollMessages requests were served (refused ones included).
+    pub(crate) poll_requests: u64,
 }
 
 /// Resolution failure of a partition address: the error code naming the level that missed.
@@ -497,6 +499,7 @@ impl State {
             clients: HashMap::new(),
             revocation_timeout,
             stored_offset_requests: 0,
+            poll_requests: 0,
         }
     }
 

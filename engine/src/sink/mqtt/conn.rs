@@ -661,9 +661,11 @@ async fn read_loop<R: AsyncReadRent>(
         4
     };
     let mut lowat = 1usize;
+    let mut batching = ctx.cfg.ack_batching;
+    let mut stalls = 0u32;
     loop {
         process(ctx, link, &mut buf)?;
-        if ctx.cfg.ack_batching {
+        if batching {
             let (on_wire, limit) = {
                 let s = link.session.borrow();
                 (s.on_wire(), s.window_limit())
@@ -682,9 +684,63 @@ async fn read_loop<R: AsyncReadRent>(
                 lowat = want;
             }
         }
+        // Acknowledge what arrives at once rather than after the delayed-ACK timer: a broker
+        // with Nagle's algorithm on (mosquitto unless `set_tcp_nodelay true`) holds back every
+        // PUBACK after the first until that first is acknowledged, and while the window is
+        // closed this side has no data to carry the ACK. Without this each window round
+        // waited ~40 ms (450 msgs/s against a default mosquitto). The flag is not sticky:
+        // set again before every read.
+        set_quickack(fd);
+        let waited = Instant::now();
         read_more(&mut r, &mut buf)
             .await
             .map_err(|e| e.to_string())?;
+        // A broker with Nagle on sends the first acknowledgement and holds the rest until
+        // it is ACKed; while a batched read waits for more than one, this side's kernel
+        // delays that ACK (~40 ms on Linux). Reads that wait that long, twice running, mean
+        // such a broker: read every acknowledgement as it comes from then on.
+        if lowat > 1 {
+            stalls = if waited.elapsed() >= ACK_STALL {
+                stalls + 1
+            } else {
+                0
+            };
+            if stalls >= 2 {
+                batching = false;
+                lowat = 1;
+                set_rcvlowat(fd, MIN_ACK_BYTES);
+                info!(
+                    sink = %ctx.sink,
+                    conn = link.index,
+                    "batched reads of acknowledgements waited over {} ms twice running: \
+                     ack_batching is off on this connection (a broker with Nagle's algorithm \
+                     on holds acknowledgements back: mosquitto's set_tcp_nodelay true stops \
+                     that; a busy broker looks the same)",
+                    ACK_STALL.as_millis()
+                );
+            }
+        }
+    }
+}
+
+/// How long a batched read may wait before it counts as held up by the broker's Nagle
+/// algorithm and this side's delayed ACK (Linux delays an ACK at least 40 ms).
+const ACK_STALL: Duration = Duration::from_millis(30);
+
+/// Sets `TCP_QUICKACK` (Linux): ACK received segments at once until the kernel leaves
+/// quick-ack mode again. A failure (not TCP, another OS) only loses the optimisation.
+#[allow(unsafe_code)]
+fn set_quickack(fd: std::os::fd::RawFd) {
+    let on: libc::c_int = 1;
+    // SAFETY: plain setsockopt on a socket this connection owns, with a c_int value.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_QUICKACK,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
     }
 }
 
