@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use spillway::config;
 use spillway::coremap::{self, Machine};
-use spillway_tests::{IggyServer, TestConsumer, TestMessage};
+use spillway_tests::{TestConsumer, TestMessage};
 
 use crate::report::{Better, Row};
 
@@ -91,7 +91,7 @@ commit_interval = "20ms"
 }
 
 fn iggy_to_file(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<f64, String> {
-    let iggy = IggyServer::from_env_or_stand_in().map_err(|e| e.to_string())?;
+    let iggy = crate::harness::iggy()?;
     let mut admin = iggy.admin().map_err(|e| e.to_string())?;
     let stream = format!("bench-{:x}", fastrand_u32());
     admin.create_stream(&stream).map_err(|e| e.to_string())?;

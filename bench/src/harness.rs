@@ -188,6 +188,34 @@ pub fn compare(plan: &Plan, ours: &mut dyn Body, peer: &mut dyn Body) -> (Measur
     (ours, peer)
 }
 
+/// The Iggy server given by `--iggy HOST:PORT` (set once by `main`).
+static IGGY_TARGET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Records `--iggy HOST:PORT` for [`iggy`].
+pub fn set_iggy_target(target: String) {
+    let _ = IGGY_TARGET.set(target);
+}
+
+/// The Iggy server the scenarios read from: the real one given by `--iggy HOST:PORT` (or
+/// `SPILLWAY_TEST_IGGY`; credentials from `SPILLWAY_TEST_IGGY_USERNAME` / `_PASSWORD`,
+/// default `iggy`/`iggy`), else the harness's stand-in, started here (a stand-in built on
+/// the real wire format, not the Iggy server: its speed is not Iggy's).
+pub fn iggy() -> Result<spillway_tests::IggyServer, String> {
+    let found = match IGGY_TARGET.get() {
+        Some(t) => spillway_tests::IggyServer::at_or_stand_in(t, "--iggy"),
+        None => spillway_tests::IggyServer::from_env_or_stand_in(),
+    };
+    found.map_err(|e| format!("Iggy: {e}"))
+}
+
+/// Which Iggy a report row came from, for the text reports.
+pub fn iggy_name(server: &spillway_tests::IggyServer) -> String {
+    match server {
+        spillway_tests::IggyServer::StandIn(_) => "the Iggy stand-in (in the bench process)".into(),
+        spillway_tests::IggyServer::Real { addr, .. } => format!("the Iggy server at {addr}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,12 +8,21 @@
 //! spillway-bench engine [--quick] [--out FILE]
 //! spillway-bench mqtt [--quick] [--out FILE]
 //! spillway-bench s3-sink [--quick] [--out FILE]
+//! spillway-bench pipeline [--quick] [--iggy HOST:PORT] [--out FILE]
+//! spillway-bench scaling [--quick] [--iggy HOST:PORT] [--out FILE]
+//! spillway-bench latency [--quick] [--iggy HOST:PORT] [--out FILE]
+//! spillway-bench all [--quick] [--iggy HOST:PORT] [--out DIR]
 //! ```
 
+mod chart;
 mod codec;
 mod engine;
+mod engine_process;
 mod harness;
+mod latency;
+mod metrics;
 mod mqtt;
+mod pipeline;
 mod report;
 mod s3;
 mod s3_sink;
@@ -32,7 +41,7 @@ use report::Row;
 static GLOBAL: harness::CountingAlloc = harness::CountingAlloc;
 
 const USAGE: &str = "\
-usage: spillway-bench <scenario> [--quick] [--out FILE]
+usage: spillway-bench <scenario> [--quick] [--iggy HOST:PORT] [--out FILE]
 
 scenarios:
   all      every scenario below, one after another (each starts and stops the servers it
@@ -56,12 +65,25 @@ scenarios:
            json_lines, 64 MiB objects, 8 MiB parts; uncompressed, gzip and zstd; beside
            the same bytes uploaded by rust-s3 0.38 as 8 MiB PutObjects (needs the default
            `peers` feature) and by spillway-s3 alone; MB/s, CPU s/GiB, s3s-fs's CPU share
+  pipeline Iggy -> the spillway binary (its own process, one shard) -> mosquitto, the
+           discard broker, s3s-fs and the discard S3 endpoint, one at a time; 100 B and
+           1 KiB JSON messages over 4 partitions; msgs/s, MB/s, engine CPU µs/msg and the
+           engine's peak RSS (needs target/release/spillway: cargo build --release -p spillway)
   scaling  the engine with 1, 2, 4 … shards up to every available core, one partition and
            one MQTT connection per shard, QoS 1 to the discard broker; msgs/s, efficiency
            against linear, and a chart (target/bench/scaling.svg)
+  latency  offered -> confirmed latency (p50, p99, p99.9, max) at fixed offered rates from
+           10% to 90% of what the path sustains (or SPILLWAY_BENCH_LATENCY_RATES=r1,r2,…),
+           measured from each message's scheduled time (coordinated omission corrected):
+           MQTT QoS 1 to mosquitto, and S3 objects (1 s) to s3s-fs; charts
+           target/bench/latency_mqtt_qos1.svg and latency_s3.svg
 
 options:
   --quick     fewer and shorter runs, smaller objects (CI smoke); the JSON is still written
+  --iggy H:P  read from the Iggy server at H:P (user/password from SPILLWAY_TEST_IGGY_USERNAME
+              and SPILLWAY_TEST_IGGY_PASSWORD, default iggy/iggy) instead of the harness's
+              stand-in, in every scenario that reads Iggy (engine, s3-sink, pipeline, scaling,
+              latency)
   --out FILE  where to write the JSON rows (default: target/bench/<scenario>.json under the
               workspace root); with `all`, the directory for every file (default: target/bench)";
 
@@ -74,7 +96,9 @@ enum Scenario {
     Engine,
     Mqtt,
     S3Sink,
+    Pipeline,
     Scaling,
+    Latency,
 }
 
 impl Scenario {
@@ -86,18 +110,22 @@ impl Scenario {
             Scenario::Engine => "engine",
             Scenario::Mqtt => "mqtt",
             Scenario::S3Sink => "s3_sink",
+            Scenario::Pipeline => "pipeline",
             Scenario::Scaling => "scaling",
+            Scenario::Latency => "latency",
         }
     }
 
     /// The scenarios `all` runs, in order.
-    const EACH: [Scenario; 6] = [
+    const EACH: [Scenario; 8] = [
         Scenario::Codec,
         Scenario::S3,
         Scenario::Engine,
         Scenario::Mqtt,
         Scenario::S3Sink,
+        Scenario::Pipeline,
         Scenario::Scaling,
+        Scenario::Latency,
     ];
 
     /// Its name on the command line.
@@ -117,7 +145,9 @@ impl Scenario {
             "engine" => Some(Scenario::Engine),
             "mqtt" => Some(Scenario::Mqtt),
             "s3-sink" => Some(Scenario::S3Sink),
+            "pipeline" => Some(Scenario::Pipeline),
             "scaling" => Some(Scenario::Scaling),
+            "latency" => Some(Scenario::Latency),
             _ => None,
         }
     }
@@ -128,6 +158,8 @@ struct Options {
     scenario: Scenario,
     quick: bool,
     out: Option<PathBuf>,
+    /// `--iggy HOST:PORT`.
+    iggy: Option<String>,
 }
 
 #[derive(Debug)]
@@ -140,6 +172,7 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
     let mut scenario = None;
     let mut quick = false;
     let mut out = None;
+    let mut iggy = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -148,6 +181,10 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
             "--out" => match it.next() {
                 Some(path) => out = Some(PathBuf::from(path)),
                 None => return Err("--out needs a file name".to_owned()),
+            },
+            "--iggy" => match it.next() {
+                Some(target) if !target.trim().is_empty() => iggy = Some(target.clone()),
+                _ => return Err("--iggy needs HOST:PORT".to_owned()),
             },
             s if s.starts_with('-') => return Err(format!("unknown option {s}")),
             s => match (scenario, Scenario::parse(s)) {
@@ -162,6 +199,7 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
         scenario,
         quick,
         out,
+        iggy,
     }))
 }
 
@@ -249,6 +287,15 @@ fn measure(
             let (rows, text) = s3_sink::run(quick, progress)?;
             (rows, text, Vec::new())
         }
+        Scenario::Pipeline => {
+            said(if quick {
+                "quick (one run per destination and size, 20,000 / 8,000 messages)"
+            } else {
+                "3 runs per destination and size (1,000,000 x 100 B, 200,000 x 1 KiB)"
+            });
+            let (rows, text) = pipeline::run(quick, progress)?;
+            (rows, text, Vec::new())
+        }
         Scenario::Scaling => {
             said(if quick {
                 "quick (one run per step, 50,000 messages per shard)"
@@ -256,6 +303,15 @@ fn measure(
                 "1, 2, 4 … shards up to every core, 3 runs each"
             });
             let (rows, text) = scaling::run(quick, progress)?;
+            (rows, text, Vec::new())
+        }
+        Scenario::Latency => {
+            said(if quick {
+                "quick (3 rates, one 1 s run each, per destination)"
+            } else {
+                "5 rates from 10% to 90% of a probe, 3 runs of 5 s each, per destination"
+            });
+            let (rows, text) = latency::run(quick, progress)?;
             (rows, text, Vec::new())
         }
     };
@@ -268,6 +324,9 @@ fn measure(
 }
 
 fn run(opts: &Options) -> Result<(), String> {
+    if let Some(target) = &opts.iggy {
+        harness::set_iggy_target(target.clone());
+    }
     let mut progress = |row: &str| {
         eprint!("  measuring {row:60}\r");
         let _ = std::io::stderr().flush();
@@ -405,7 +464,8 @@ mod tests {
             Ok(Command::Run(Options {
                 scenario: Scenario::S3,
                 quick: true,
-                out: None
+                out: None,
+                iggy: None
             }))
         ));
         assert!(parse_args(&args(&["s3", "codec"])).is_err());
@@ -414,7 +474,8 @@ mod tests {
             Ok(Command::Run(Options {
                 scenario: Scenario::Mqtt,
                 quick: false,
-                out: None
+                out: None,
+                iggy: None
             }))
         ));
         assert!(parse_args(&args(&["codec", "--out"])).is_err());
@@ -423,7 +484,8 @@ mod tests {
             Ok(Command::Run(Options {
                 scenario: Scenario::All,
                 quick: true,
-                out: None
+                out: None,
+                iggy: None
             }))
         ));
         assert!(parse_args(&args(&["all", "codec"])).is_err());
@@ -432,8 +494,18 @@ mod tests {
             Ok(Command::Run(Options {
                 scenario: Scenario::S3Sink,
                 quick: true,
-                out: None
+                out: None,
+                iggy: None
             }))
         ));
+        match parse_args(&args(&["pipeline", "--iggy", "10.0.0.5:8090"])) {
+            Ok(Command::Run(o)) => {
+                assert_eq!(o.scenario, Scenario::Pipeline);
+                assert_eq!(o.iggy.as_deref(), Some("10.0.0.5:8090"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(parse_args(&args(&["pipeline", "--iggy"])).is_err());
+        assert!(parse_args(&args(&["pipeline", "--iggy", " "])).is_err());
     }
 }

@@ -56,8 +56,8 @@ pub mod ours;
 #[cfg(feature = "peers")]
 mod peer;
 mod results;
-mod subscriber;
-mod tally;
+pub(crate) mod subscriber;
+pub(crate) mod tally;
 mod wire;
 
 /// A stand-in for the peer when it is not compiled in.

@@ -24,7 +24,7 @@
 //! under `perf record -e cpu-clock -g`.
 
 mod cpu;
-mod discard;
+pub(crate) mod discard;
 mod ours;
 #[cfg(feature = "peers")]
 pub(crate) mod peers;

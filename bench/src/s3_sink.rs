@@ -28,7 +28,7 @@
 //! zstd decoding) against the messages sent, the uploaded bytes against the data; then the
 //! objects are removed.
 
-mod data;
+pub(crate) mod data;
 mod ours;
 #[cfg(feature = "peers")]
 mod peer;
@@ -436,7 +436,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
     }
     let plan = Plan::new(quick);
     let s3 = S3Server::start().map_err(|e| format!("starting s3s-fs: {e}"))?;
-    let iggy = IggyServer::from_env_or_stand_in().map_err(|e| e.to_string())?;
+    let iggy = crate::harness::iggy()?;
     let stream = format!(
         "bench-s3sink-{:x}",
         std::time::SystemTime::now()

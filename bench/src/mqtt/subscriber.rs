@@ -86,6 +86,19 @@ impl CountingSubscriber {
         qos: QoS,
         client_id: &str,
     ) -> Result<CountingSubscriber, String> {
+        Self::connect_observed(addr, protocol, topic, qos, client_id, None)
+    }
+
+    /// [`CountingSubscriber::connect`], and `observe` is handed every PUBLISH packet as it
+    /// arrives (whole, so the payload is its tail), on the subscriber's thread.
+    pub fn connect_observed(
+        addr: SocketAddr,
+        protocol: Protocol,
+        topic: &str,
+        qos: QoS,
+        client_id: &str,
+        mut observe: Option<Observer>,
+    ) -> Result<CountingSubscriber, String> {
         let timeout = Duration::from_secs(10);
         let deadline = Instant::now() + timeout;
         let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(other)?;
@@ -146,7 +159,7 @@ impl CountingSubscriber {
                 .spawn(move || {
                     let _helper = cpu::helper_thread();
                     cpu::sched_idle()?;
-                    count_loop(reader, &leftover, &tally, &stop)
+                    count_loop(reader, &leftover, &tally, &stop, &mut observe)
                 })
                 .map_err(other)?
         };
@@ -188,11 +201,15 @@ impl Drop for CountingSubscriber {
     }
 }
 
+/// What [`CountingSubscriber::connect_observed`] calls with each PUBLISH packet.
+pub type Observer = Box<dyn FnMut(&[u8]) + Send>;
+
 fn count_loop(
     mut stream: TcpStream,
     leftover: &[u8],
     tally: &Tally,
     stop: &AtomicBool,
+    observe: &mut Option<Observer>,
 ) -> Result<(), String> {
     let mut buf = vec![0u8; READ_BUF];
     buf[..leftover.len()].copy_from_slice(leftover);
@@ -205,6 +222,9 @@ fn count_loop(
             match frame.kind() {
                 wire::PUBLISH => {
                     delivered += 1;
+                    if let Some(f) = observe {
+                        f(packet);
+                    }
                     match frame.qos().map_err(other)? {
                         1 => wire::put_ack(
                             &mut out,

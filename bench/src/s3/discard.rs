@@ -4,8 +4,9 @@
 //!
 //! It speaks just enough S3 for a multipart upload: `POST ?uploads` (CreateMultipartUpload)
 //! gets an `InitiateMultipartUploadResult`, `POST ?uploadId=` (Complete) a
-//! `CompleteMultipartUploadResult`, any `PUT` (UploadPart, PutObject) 200 with an ETag, and
-//! anything else an empty 200. Signatures are not checked. Keep-alive, `Content-Length` and
+//! `CompleteMultipartUploadResult`, any `PUT` (UploadPart, PutObject) 200 with an ETag,
+//! `GET ?uploads` an empty `ListMultipartUploadsResult`, a `GET` of a key 404 `NoSuchKey`
+//! (nothing is kept), and anything else an empty 200. Signatures are not checked. Keep-alive, `Content-Length` and
 //! chunked bodies, `Expect: 100-continue`. One thread per connection (std threads).
 //!
 //! It counts the body bytes of `PUT` requests, so the bench can check that every byte of an
@@ -229,6 +230,25 @@ fn answer(head: &Head, id: u64) -> (&'static str, String, String) {
             ),
         ),
         "DELETE" => ("204 No Content", String::new(), String::new()),
+        // ListMultipartUploads: none open (nothing is kept).
+        "GET" if has_param(&head.query, "uploads") => (
+            "200 OK",
+            "Content-Type: application/xml\r\n".to_owned(),
+            format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListMultipartUploadsResult \
+                 xmlns=\"{XMLNS}\"><Bucket>{bucket}</Bucket><IsTruncated>false</IsTruncated>\
+                 </ListMultipartUploadsResult>"
+            ),
+        ),
+        // GetObject of a key (the S3 sink's marker): nothing is kept, so no such key.
+        "GET" if !key.is_empty() => (
+            "404 Not Found",
+            "Content-Type: application/xml\r\n".to_owned(),
+            format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchKey</Code>\
+                 <Message>The specified key does not exist.</Message><Key>{key}</Key></Error>"
+            ),
+        ),
         "GET" | "HEAD" | "POST" => ("200 OK", String::new(), String::new()),
         _ => ("400 Bad Request", String::new(), String::new()),
     }
@@ -459,6 +479,24 @@ mod tests {
         assert!(has_param("a=1&uploads=", "uploads"));
         assert!(!has_param("uploadsX", "uploads"));
         assert!(has_param("uploadId=abc", "uploadId"));
+    }
+
+    #[test]
+    fn markers_are_absent_and_no_upload_is_open() {
+        let head = |line: &str| parse_head(line).unwrap_or_else(|e| panic!("{e}"));
+        let (status, _, body) = answer(&head("GET /b/p/.spillway/m.json HTTP/1.1"), 1);
+        assert_eq!(status, "404 Not Found");
+        assert!(body.contains("<Code>NoSuchKey</Code>"));
+        let (status, _, body) = answer(&head("GET /b?uploads&prefix=p%2F HTTP/1.1"), 2);
+        assert_eq!(status, "200 OK");
+        let parsed =
+            spillway_s3::actions::list_multipart_uploads::parse(spillway_s3::request::Response {
+                status: 200,
+                headers: Vec::new(),
+                body: bytes::Bytes::from(body.clone()),
+            });
+        assert!(parsed.is_ok_and(|p| p.uploads.is_empty()), "{body}");
+        assert_eq!(answer(&head("HEAD /b HTTP/1.1"), 3).0, "200 OK");
     }
 
     #[test]

@@ -49,10 +49,12 @@ const WORDS: &[&str] = &[
     "voltage",
 ];
 
-/// The payload of message `seq` of `partition`: a JSON object of exactly [`SIZE`] bytes,
-/// some fields varying per message and a note of words, like a device event. It is valid
-/// JSON, so the json_lines encoder embeds it as JSON (`payload = "auto"`).
-pub fn payload(partition: u32, seq: u64) -> Vec<u8> {
+/// The payload of message `seq` of `partition`: a JSON object of exactly `size` bytes
+/// ([`SIZE`] in this scenario), some fields varying per message and a note of words, like a
+/// device event. It is valid JSON, so the json_lines encoder embeds it as JSON
+/// (`payload = "auto"`). Where the fields do not fit (below about 100 bytes), the object is
+/// `{"seq":N}` padded with JSON whitespace, or `seq`'s digits cut to fit below that.
+pub fn payload_sized(size: usize, partition: u32, seq: u64) -> Vec<u8> {
     let mut x = (seq + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(partition) << 48;
     let mut next = move || {
         x ^= x << 13;
@@ -70,9 +72,19 @@ pub fn payload(partition: u32, seq: u64) -> Vec<u8> {
         if next() % 20 == 0 { "alarm" } else { "ok" },
     );
     let end = "\"}";
-    while s.len() < SIZE - end.len() {
+    if s.len() + end.len() > size {
+        let mut short = format!("{{\"seq\":{seq}}}").into_bytes();
+        if short.len() > size {
+            short =
+                format!("{}", seq % 10u64.pow(size.saturating_sub(1).min(19) as u32)).into_bytes();
+        }
+        short.resize(size.max(short.len()), b' ');
+        short.truncate(size);
+        return short;
+    }
+    while s.len() < size - end.len() {
         let w = WORDS[(next() % WORDS.len() as u64) as usize];
-        let room = SIZE - end.len() - s.len();
+        let room = size - end.len() - s.len();
         if room <= w.len() {
             s.push_str(&"x".repeat(room));
         } else {
@@ -93,12 +105,29 @@ pub fn fill(
     partitions: u32,
     per_partition: u64,
 ) -> Result<(), String> {
+    fill_sized(admin, stream, topic, partitions, per_partition, SIZE)
+}
+
+/// [`fill`] with payloads of `size` bytes ([`payload_sized`]).
+pub fn fill_sized(
+    admin: &mut IggyAdmin,
+    stream: &str,
+    topic: &str,
+    partitions: u32,
+    per_partition: u64,
+    size: usize,
+) -> Result<(), String> {
     for p in 0..partitions {
         let mut sent = 0;
         while sent < per_partition {
             let n = (per_partition - sent).min(1000);
             let batch: Vec<TestMessage> = (sent..sent + n)
-                .map(|seq| TestMessage::new(u128::from(seq) + 1, Bytes::from(payload(p, seq))))
+                .map(|seq| {
+                    TestMessage::new(
+                        u128::from(seq) + 1,
+                        Bytes::from(payload_sized(size, p, seq)),
+                    )
+                })
                 .collect();
             admin
                 .send(stream, topic, p, &batch)
@@ -186,12 +215,26 @@ mod tests {
     #[test]
     fn payloads_are_1_kib_of_json_and_differ() {
         for (p, seq) in [(0, 0), (3, 1), (1, 999_999), (2, 12_345_678_901)] {
-            let v = payload(p, seq);
+            let v = payload_sized(SIZE, p, seq);
             assert_eq!(v.len(), SIZE, "{p}/{seq}");
             let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&v);
             assert!(parsed.is_ok(), "{}", String::from_utf8_lossy(&v));
         }
-        assert_ne!(payload(0, 1), payload(0, 2));
-        assert_ne!(payload(0, 1), payload(1, 1));
+        assert_ne!(payload_sized(SIZE, 0, 1), payload_sized(SIZE, 0, 2));
+        assert_ne!(payload_sized(SIZE, 0, 1), payload_sized(SIZE, 1, 1));
+    }
+
+    #[test]
+    fn smaller_payloads_are_json_of_their_size() {
+        for size in [100, 64, 20, 12] {
+            for (p, seq) in [(0, 0), (3, 249_999), (1, 12_345_678_901)] {
+                let v = payload_sized(size, p, seq);
+                assert_eq!(v.len(), size, "{size} {p}/{seq}");
+                let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&v);
+                assert!(parsed.is_ok(), "{}", String::from_utf8_lossy(&v));
+            }
+        }
+        // 100 bytes hold every field for the seqs a run uses.
+        assert!(payload_sized(100, 2, 249_999).starts_with(b"{\"seq\":249999,\"device\""));
     }
 }

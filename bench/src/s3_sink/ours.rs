@@ -10,7 +10,7 @@
 //! every message polled. Those metrics come from the shard every 250 ms, so the tail of a run
 //! holds up to about a quarter of a second of waiting, counted against ours.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -22,6 +22,7 @@ use spillway_tests::{IggyServer, S3Server, TestConsumer};
 use super::Measure;
 use super::data::Codec;
 use super::threads::ThreadMeter;
+use crate::metrics::{counter, scrape};
 use crate::mqtt::cpu::ProcessCpu;
 
 /// One run of ours.
@@ -115,30 +116,6 @@ request_attempts = {attempts}
             .and_then(|v| v.parse::<u32>().ok())
             .unwrap_or(1),
     )
-}
-
-/// `GET /metrics` of the engine; the body.
-fn scrape(addr: SocketAddr) -> Option<String> {
-    use std::io::{Read as _, Write as _};
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).ok()?;
-    reply
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-}
-
-/// The sum of a counter over the samples of sink `sink`.
-fn counter(body: &str, name: &str, sink: &str) -> u64 {
-    let label = format!("sink=\"{sink}\"");
-    body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(&label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum()
 }
 
 /// Runs the engine until Iggy holds the last offset of every partition for `job.name`.
@@ -253,20 +230,4 @@ pub fn run(job: &Job<'_>) -> Result<Measure, String> {
             .zip(server_after)
             .map(|(b, a)| a.saturating_sub(b)),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counters_are_summed_per_sink() {
-        let body = "# HELP x\nspillway_messages_in_total{shard=\"0\",sink=\"a\"} 10\n\
-                    spillway_messages_in_total{shard=\"1\",sink=\"a\"} 5\n\
-                    spillway_messages_in_total{shard=\"0\",sink=\"b\"} 7\n\
-                    spillway_messages_in_total_x{shard=\"0\",sink=\"a\"} 100\n";
-        assert_eq!(counter(body, "spillway_messages_in_total", "a"), 15);
-        assert_eq!(counter(body, "spillway_messages_in_total", "b"), 7);
-        assert_eq!(counter(body, "spillway_messages_in_total", "c"), 0);
-    }
 }
