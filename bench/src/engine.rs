@@ -18,6 +18,7 @@ use spillway::config;
 use spillway::coremap::{self, Machine};
 use spillway_tests::{TestConsumer, TestMessage};
 
+use crate::harness::median;
 use crate::report::{Better, Row};
 
 const PARTITIONS: u32 = 4;
@@ -26,11 +27,6 @@ const SIZE: usize = 100;
 struct Plan {
     messages_per_partition: u64,
     runs: usize,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// The core the shard runs on: the last allowed core (the control thread takes the first).

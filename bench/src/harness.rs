@@ -147,7 +147,8 @@ fn calibrate(body: &mut dyn Body, plan: &Plan) -> u64 {
     ((plan.run_time.as_secs_f64() * 1e9 / best) as u64).clamp(16, 1 << 30)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median (the mean of the middle two for an even count; NaN for none).
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => f64::NAN,

@@ -38,6 +38,7 @@ use spillway_tests::{IggyAdmin, IggyServer, TestConsumer, TestMessage};
 
 use crate::chart::{Chart, Series};
 use crate::engine_process;
+use crate::harness::median;
 use crate::mqtt::subscriber::CountingSubscriber;
 use crate::pipeline::{self, Dest, Job, Servers};
 use crate::report::{self, Better, Row};
@@ -366,11 +367,6 @@ fn one(
     }
     let h = hist.lock().unwrap_or_else(PoisonError::into_inner);
     Ok(percentiles(&h, lag))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// The probe: msgs/s of the same path from a prefilled single-partition topic.

@@ -29,6 +29,7 @@ use spillway_codec::{Protocol, QoS};
 use spillway_tests::{IggyServer, Mosquitto, MosquittoOpts, S3Server, TestConsumer};
 
 use crate::engine_process::{self, EngineProcess};
+use crate::harness::median;
 use crate::metrics;
 use crate::mqtt::discard::DiscardBroker;
 use crate::mqtt::subscriber::CountingSubscriber;
@@ -466,11 +467,6 @@ fn check_delivery(
         }
     }
     Ok(())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Creates `stream`/`topic` with `partitions` partitions of `per_partition` JSON messages of

@@ -58,6 +58,7 @@ use spillway_s3::multipart::MIB;
 use spillway_s3::sign::PayloadMode;
 use spillway_tests::S3Server;
 
+use crate::harness::median;
 use crate::report::{self, Better, Row};
 use cpu::{CpuTime, Scope};
 use discard::DiscardServer;
@@ -342,15 +343,6 @@ impl Measured {
     /// Bytes sent per second of client CPU, in GB/s: what one core of this client carries.
     fn gb_per_core(&self) -> f64 {
         (GIB / 1e9) / self.cpu_s_per_gib
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 

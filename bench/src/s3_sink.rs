@@ -57,6 +57,7 @@ use bytes::Bytes;
 use spillway::coremap::Machine;
 use spillway_tests::{IggyServer, S3Server};
 
+use crate::harness::median;
 use crate::mqtt::cpu::ProcessCpu;
 use crate::report::{self, Better, Row};
 use data::Codec;
@@ -192,15 +193,6 @@ struct Summary {
     stand_in_percent: f64,
     /// Stored bytes per payload byte.
     size_ratio: f64,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 fn summarize(client: Client, samples: &[Sample], payload: u64) -> Summary {

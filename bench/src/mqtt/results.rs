@@ -4,6 +4,7 @@
 use crate::report::{self, Better, Row};
 
 use super::{BrokerKind, Client, DISCARD_WINDOW, PEER, SIZE, Sample, peer};
+use crate::harness::median;
 
 const NO_PEER: &str = "none (built without peers)";
 const PEER_SKIPPED: &str = "none (not measured)";
@@ -14,15 +15,6 @@ const TARGET_THROUGHPUT_VS_PEER: f64 = 1.5;
 const SATURATED_PERCENT: f64 = 90.0;
 const TARGET_CPU_VS_PEER: f64 = 4.0;
 const TARGET_DISCARD_QOS1: f64 = 1.5e6;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
 
 /// The medians of one client on one broker at one QoS.
 #[derive(Debug, Clone)]
