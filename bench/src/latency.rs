@@ -221,10 +221,28 @@ fn one(
     seconds: f64,
     name: &str,
 ) -> Result<Percentiles, String> {
+    // A stream of its own, deleted after the run: the stand-in keeps every message in memory.
+    let stream = pipeline::fresh_stream(fx.iggy, name)?;
+    let result = one_in(fx, &stream, kind, rate, seconds, name);
+    if let Ok(mut admin) = fx.iggy.admin() {
+        let _ = admin.delete_stream(&stream);
+    }
+    result
+}
+
+/// [`one`] in `stream`.
+fn one_in(
+    fx: &Fixture<'_>,
+    stream: &str,
+    kind: Kind,
+    rate: f64,
+    seconds: f64,
+    name: &str,
+) -> Result<Percentiles, String> {
     let topic = format!("lat-{name}");
     let mut admin = fx.iggy.admin().map_err(|e| e.to_string())?;
     admin
-        .create_topic(fx.stream, &topic, 1)
+        .create_topic(stream, &topic, 1)
         .map_err(|e| e.to_string())?;
     let count = ((rate * seconds) as u64).max(1);
     let hist: Shared = Arc::new(Mutex::new(new_histogram()?));
@@ -256,7 +274,7 @@ fn one(
     };
     let job = Job {
         iggy: fx.iggy,
-        stream: fx.stream,
+        stream,
         topic: &topic,
         partitions: 1,
         per_partition: count + 1,
@@ -270,14 +288,14 @@ fn one(
     let consumer = TestConsumer::Named(name.to_owned());
     let mut watcher = fx.iggy.admin().map_err(|e| e.to_string())?;
     let stored = |w: &mut IggyAdmin| {
-        w.stored_offset(&consumer, fx.stream, &topic, 0)
+        w.stored_offset(&consumer, stream, &topic, 0)
             .map_err(|e| e.to_string())
     };
 
     // Warm-up: message 0, confirmed before the clock starts.
     admin
         .send(
-            fx.stream,
+            stream,
             &topic,
             0,
             &[TestMessage::new(1, Bytes::from(payload(0, 0)))],
@@ -314,7 +332,7 @@ fn one(
     let s3_watch = match kind {
         Kind::S3 => {
             let (h, stop) = (Arc::clone(&hist), Arc::clone(&stop));
-            let (stream, topic, consumer) = (fx.stream.to_owned(), topic.clone(), consumer.clone());
+            let (stream, topic, consumer) = (stream.to_owned(), topic.clone(), consumer.clone());
             let mut w = fx.iggy.admin().map_err(|e| e.to_string())?;
             Some(
                 std::thread::Builder::new()
@@ -342,7 +360,7 @@ fn one(
         }
         Kind::MqttQos1 => None,
     };
-    let lag = produce(&mut admin, fx.stream, &topic, schedule, count);
+    let lag = produce(&mut admin, stream, &topic, schedule, count);
     // Every message confirmed (or a generous deadline).
     let until = Instant::now() + Duration::from_secs(60);
     let recorded = || hist.lock().unwrap_or_else(PoisonError::into_inner).len();
