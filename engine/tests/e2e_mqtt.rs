@@ -1417,6 +1417,51 @@ fn pipelining_never_exceeds_the_brokers_receive_maximum_of_20() {
     );
 }
 
+/// `{host}` in the client id is the host name (for ids unique across hosts, where `{pid}` is
+/// 1 in every container), and over MQTT 3.1.1 an id a strict broker may refuse (over 23 bytes,
+/// or not only letters and digits) is named in the log once, before the broker has a say.
+#[test]
+fn the_client_id_takes_the_host_name_and_a_non_portable_311_id_is_logged() {
+    let broker = Mosquitto::start(MosquittoOpts::new()).unwrap();
+    let iggy = iggy();
+    let t = topic(&iggy, "hostid", 1);
+    let mut admin = iggy.admin().unwrap();
+    let batch: Vec<TestMessage> = (0..10u64)
+        .map(|n| TestMessage::new(u128::from(n) + 1, n.to_string().into_bytes()))
+        .collect();
+    send_all(&mut admin, &t, 0, &batch);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_owned();
+    let cfg = engine_sections(&iggy)
+        + &mqtt_sink(
+            "hostid",
+            &t,
+            "partitions = [0]",
+            "",
+            &broker.host_port(),
+            "protocol = \"3.1.1\"\nqos = 1\ntopic = \"hostid\"\nclient_id = \"sw-{host}-{shard}-{conn}\"",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "hostid", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "hostid", 9, LONG);
+    stop_clean(&mut engine, SHORT * 3);
+    let id = format!("sw-{host}-0-0");
+    assert!(
+        broker.log().contains(&format!(" as {id} ")),
+        "mosquitto saw no client {id}:\n{}",
+        broker.log_tail(20)
+    );
+    let log = engine.log();
+    assert_eq!(
+        log.matches("identifier rejected").count(),
+        1,
+        "one warning about the 3.1.1 client id {id:?}:\n{}",
+        tail(&log, 20)
+    );
+}
+
 /// A stock mosquitto leaves Nagle's algorithm on (`set_tcp_nodelay false`): after the first
 /// PUBACK of a burst it holds the rest until that one is ACKed, and while the window is closed
 /// the engine has no data to carry that ACK, so the kernel delays it (~40 ms). Before the fix

@@ -87,7 +87,7 @@ pub enum Envelope {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WillConfig {
-    /// Topic of the will (`{sink}`, `{shard}` and `{conn}` are replaced).
+    /// Topic of the will (`{sink}`, `{shard}`, `{conn}`, `{pid}` and `{host}` are replaced).
     pub topic: String,
     /// Payload (UTF-8 text).
     #[serde(default)]
@@ -114,8 +114,10 @@ pub struct MqttSinkConfig {
     #[serde(default = "defaults::connections")]
     pub connections: u16,
     /// Client id template: `{sink}`, `{shard}`, `{conn}` (the connection number on the shard),
-    /// `{pid}`. It must contain `{shard}` and `{conn}` when there is more than one connection in
-    /// all, so ids never collide (a broker drops the older of two connections with one id).
+    /// `{pid}`, `{host}` (the host name). It must contain `{shard}` and `{conn}` when there is
+    /// more than one connection in all, so ids never collide (a broker drops the older of two
+    /// connections with one id); with several hosts add `{host}`. Over MQTT 3.1.1 an id that
+    /// is not 1-23 letters and digits is logged once: strict brokers may refuse it.
     #[serde(default = "defaults::client_id")]
     pub client_id: String,
     /// Username.

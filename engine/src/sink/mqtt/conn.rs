@@ -428,13 +428,29 @@ fn connect_packet(ctx: &Ctx, link: &Link, clean: bool) -> Result<Connect, Connec
             .replace("{shard}", &ctx.shard.to_string())
             .replace("{conn}", &link.index.to_string())
             .replace("{pid}", &std::process::id().to_string())
+            .replace("{host}", host_name())
     };
     let bad = |what: &str, e: String| ConnectError {
         fatal: true,
         message: format!("{what}: {e}"),
     };
-    let client_id = MqttStr::from_str(&fill(&cfg.client_id))
-        .map_err(|e| bad("mqtt.client_id", e.to_string()))?;
+    let id = fill(&cfg.client_id);
+    if protocol == Protocol::V311 && !link.tried.get() && !portable_v311_id(&id) {
+        warn!(
+            sink = %ctx.sink,
+            conn = link.index,
+            "client id {id:?} is {} bytes{}: an MQTT 3.1.1 broker only has to accept 1-23 \
+             letters and digits (mosquitto takes more; a strict broker answers CONNACK 2, \
+             identifier rejected); set mqtt.client_id if this broker refuses it",
+            id.len(),
+            if id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                ""
+            } else {
+                " with characters other than letters and digits"
+            }
+        );
+    }
+    let client_id = MqttStr::from_str(&id).map_err(|e| bad("mqtt.client_id", e.to_string()))?;
     let mut c = Connect::new(protocol, client_id);
     c.clean_start = clean;
     c.keep_alive = cfg.keep_alive_secs();
@@ -744,6 +760,28 @@ fn set_quickack(fd: std::os::fd::RawFd) {
     }
 }
 
+/// Whether an MQTT 3.1.1 broker must accept `id` (1-23 bytes of 0-9, a-z, A-Z; MQTT-3.1.3-5).
+fn portable_v311_id(id: &str) -> bool {
+    (1..=23).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// This host's name for `{host}` in client ids and will topics (`gethostname`; `localhost`
+/// when it cannot be read or is not UTF-8). Read once.
+fn host_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        let mut buf = [0u8; 256];
+        // SAFETY: gethostname writes at most `buf.len()` bytes into our buffer.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        match std::str::from_utf8(&buf[..end]) {
+            Ok(name) if rc == 0 && !name.is_empty() => name.to_owned(),
+            _ => "localhost".to_owned(),
+        }
+    })
+}
+
 /// The smallest acknowledgement on the wire (PUBACK, PUBREC, PUBCOMP: fixed header and
 /// packet id).
 const MIN_ACK_BYTES: usize = 4;
@@ -968,6 +1006,30 @@ async fn write_loop<W: AsyncWriteRent>(
         if let Work::Disconnect = work {
             info!(sink = %ctx.sink, conn = link.index, "sent DISCONNECT to the MQTT broker");
             return Ok(Closed::Drained);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn portable_311_client_ids_are_short_letters_and_digits() {
+        assert!(portable_v311_id("spillway0sink0"));
+        assert!(portable_v311_id("a"));
+        assert!(portable_v311_id("abcdefghijklmnopqrstuvw")); // 23
+        assert!(!portable_v311_id("abcdefghijklmnopqrstuvwx")); // 24
+        assert!(!portable_v311_id("spillway-sink-0-0"));
+        assert!(!portable_v311_id(""));
+    }
+
+    #[test]
+    fn the_host_name_is_the_kernels() {
+        let name = host_name();
+        assert!(!name.is_empty());
+        if let Ok(kernel) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+            assert_eq!(name, kernel.trim());
         }
     }
 }
