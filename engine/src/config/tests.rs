@@ -338,4 +338,17 @@ fn an_s3_sink_loads_with_defaults_and_names_its_mistakes() {
             .and_then(|s| s.access_key_id.as_deref()),
         Some("from-env")
     );
+    // Empty credentials are refused at start-up, not at the first signed request.
+    let no_key = S3.replace("access_key_id = \"ak\"", "");
+    let e = parse_with(&no_key, &[("AWS_ACCESS_KEY_ID", "")]).err();
+    assert!(
+        e.as_ref().is_some_and(|e| e.key == "sink[0].s3.access_key_id"
+            && e.to_string().contains("empty")),
+        "{e:?}"
+    );
+    let e = error_of(&S3.replace("access_key_id = \"ak\"", "access_key_id = \" \""));
+    assert!(e.to_string().contains("empty"), "{e}");
+    let e = error_of(&S3.replace("secret_access_key = \"sk\"", "secret_access_key = \"\""));
+    assert_eq!(e.key, "sink[0].s3.secret_access_key", "{e}");
+    assert!(e.to_string().contains("empty"), "{e}");
 }

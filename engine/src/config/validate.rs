@@ -489,17 +489,36 @@ fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
             format!("{} is not a readable file", ca.display()),
         ));
     }
-    if c.access_key_id.is_none() {
-        return Err(problem(
-            key("access_key_id"),
-            "missing: set access_key_id and secret_access_key, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
-        ));
+    match c.access_key_id.as_deref().map(str::trim) {
+        None => {
+            return Err(problem(
+                key("access_key_id"),
+                "missing: set access_key_id and secret_access_key, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+            ));
+        }
+        // An empty AWS_ACCESS_KEY_ID="" would only fail at the first signed request.
+        Some("") => {
+            return Err(problem(
+                key("access_key_id"),
+                "empty (from the file or AWS_ACCESS_KEY_ID): give the access key id",
+            ));
+        }
+        Some(_) => {}
     }
-    if c.secret_access_key.is_none() {
-        return Err(problem(
-            key("secret_access_key"),
-            "missing: set it or AWS_SECRET_ACCESS_KEY",
-        ));
+    match &c.secret_access_key {
+        None => {
+            return Err(problem(
+                key("secret_access_key"),
+                "missing: set it or AWS_SECRET_ACCESS_KEY",
+            ));
+        }
+        Some(s) if s.expose().is_empty() => {
+            return Err(problem(
+                key("secret_access_key"),
+                "empty (from the file or AWS_SECRET_ACCESS_KEY): give the secret access key",
+            ));
+        }
+        Some(_) => {}
     }
     let template = KeyTemplate::parse(&c.key).map_err(|e| problem(key("key"), e))?;
     if template.needs_last_offset() && c.max_object_size.0 > c.part_size.0 {
