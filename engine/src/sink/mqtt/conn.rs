@@ -731,7 +731,8 @@ async fn read_loop<R: AsyncReadRent>(
                     "batched reads of acknowledgements waited over {} ms twice running: \
                      ack_batching is off on this connection (a broker with Nagle's algorithm \
                      on holds acknowledgements back: mosquitto's set_tcp_nodelay true stops \
-                     that; a busy broker, or one over 30 ms away, looks the same)",
+                     that; a busy mosquitto stalls the same way; so does a broker over 30 ms \
+                     away)",
                     ACK_STALL.as_millis()
                 );
             }
