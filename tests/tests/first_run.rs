@@ -30,20 +30,25 @@ fn engine() -> PathBuf {
     path
 }
 
-#[test]
-fn first_run_delivers_every_message_to_mqtt_and_s3() {
-    let n = 2000;
-    let out = Command::new(env!("CARGO_BIN_EXE_spillway-first-run"))
-        .args(["--messages", &n.to_string(), "--engine"])
+/// Runs `spillway-first-run --messages n` with `extra` arguments and environment; asserts it
+/// exits 0 with the three counts equal, and returns (stdout, stderr).
+fn run_ok(n: u64, extra: &[&str], env: &[(&str, &str)]) -> (String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_spillway-first-run"));
+    cmd.args(["--messages", &n.to_string()])
+        .args(extra)
+        .arg("--engine")
         .arg(engine())
         .env_remove("SPILLWAY_IGGY_ADDRESS")
-        .output()
-        .expect("run spillway-first-run");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+        .env_remove("SPILLWAY_IGGY_TOKEN");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run spillway-first-run");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
-        "first-run failed ({}):\n{stdout}\n{stderr}",
+        "first-run {extra:?} failed ({}):\n{stdout}\n{stderr}",
         out.status
     );
     let expected = format!("sent {n} = received {n} = in objects {n}");
@@ -51,6 +56,12 @@ fn first_run_delivers_every_message_to_mqtt_and_s3() {
         stdout.contains(&expected),
         "summary without `{expected}`:\n{stdout}"
     );
+    (stdout, stderr)
+}
+
+#[test]
+fn first_run_delivers_every_message_to_mqtt_and_s3() {
+    run_ok(2000, &[], &[]);
 }
 
 /// `--iggy`: the program logs in, creates a stream, sends the messages, runs the engine with
@@ -66,33 +77,14 @@ fn first_run_with_iggy_delivers_every_message_to_mqtt_and_s3() {
     let password = "first-run-secret-7f3a";
     let iggy = IggyStandIn::start_with(IggyStandInOpts::new().user("first-run", password))
         .expect("start the Iggy stand-in");
-    let n = 2000;
-    let out = Command::new(env!("CARGO_BIN_EXE_spillway-first-run"))
-        .args([
-            "--messages",
-            &n.to_string(),
-            "--iggy",
-            &iggy.addr().to_string(),
-        ])
-        .arg("--engine")
-        .arg(engine())
-        .env("SPILLWAY_IGGY_USERNAME", iggy.username())
-        .env("SPILLWAY_IGGY_PASSWORD", iggy.password())
-        .env_remove("SPILLWAY_IGGY_ADDRESS")
-        .env_remove("SPILLWAY_IGGY_TOKEN")
-        .output()
-        .expect("run spillway-first-run");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "first-run --iggy failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let expected = format!("sent {n} = received {n} = in objects {n}");
-    assert!(
-        stdout.contains(&expected),
-        "summary without `{expected}`:\n{stdout}"
+    let addr = iggy.addr().to_string();
+    let (stdout, stderr) = run_ok(
+        2000,
+        &["--iggy", &addr],
+        &[
+            ("SPILLWAY_IGGY_USERNAME", iggy.username()),
+            ("SPILLWAY_IGGY_PASSWORD", iggy.password()),
+        ],
     );
     assert!(
         stdout.contains(&format!("Iggy server at {}", iggy.addr())),
