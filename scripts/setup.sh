@@ -2,11 +2,16 @@
 # Installs what Spillway's run and tests need, idempotently: quick when everything is present.
 #   - mosquitto, mosquitto-clients (Debian packages): the MQTT broker the tests and the bench start
 #   - s3s-fs 0.14.1 (cargo): an S3 server that verifies SigV4 signatures, for tests and the bench
+#   - libhwloc15, libudev1 (Debian packages): the runtime needs of the real Iggy server in
+#     ../shared/iggy/, which the tests and the bench start
 set -euo pipefail
 
 need_apt=()
 command -v mosquitto >/dev/null 2>&1 || need_apt+=(mosquitto)
 command -v mosquitto_sub >/dev/null 2>&1 || need_apt+=(mosquitto-clients)
+for pkg in libhwloc15 libudev1; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
+done
 if [ "${#need_apt[@]}" -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -14,7 +19,7 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
   # The Debian package enables a system-wide broker on port 1883; the tests start their own.
-  if command -v systemctl >/dev/null 2>&1; then
+  if command -v systemctl >/dev/null 2>&1 && command -v mosquitto >/dev/null 2>&1; then
     $SUDO systemctl disable --now mosquitto >/dev/null 2>&1 || true
   fi
 fi

@@ -14,12 +14,16 @@ use crate::config::{Config, SourceKind};
 use crate::coremap::CoreMap;
 use crate::iggy::Endpoint;
 use crate::metrics::{Command, Merged, Report};
+use crate::runner::FailureClass;
 use crate::shard::{self, ShardHandle};
 
 /// Exit status: everything drained and stored.
 pub const EXIT_OK: i32 = 0;
 /// Exit status: a sink or the source failed for good.
 pub const EXIT_FAILED: i32 = 1;
+/// Exit status: the configuration cannot work (a config that does not load, or a peer that
+/// refuses what it asks for, such as an Iggy server that does not accept this protocol).
+pub const EXIT_CONFIG: i32 = 2;
 /// Exit status: stopped by a second signal without waiting for the sinks.
 pub const EXIT_FORCED: i32 = 130;
 
@@ -174,9 +178,20 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
         while let Some(report) = reports.pop() {
             match report {
                 Report::Stats { shard, sinks } => merged.absorb(shard, sinks),
-                Report::Fatal { shard, message } => {
+                Report::Fatal {
+                    shard,
+                    message,
+                    class,
+                } => {
                     error!(shard, "{message}");
-                    status = EXIT_FAILED;
+                    let exit = match class {
+                        FailureClass::Config => EXIT_CONFIG,
+                        FailureClass::Runtime => EXIT_FAILED,
+                    };
+                    // The first configuration failure decides the status, as it names the fix.
+                    if status != EXIT_CONFIG {
+                        status = exit;
+                    }
                     if drain_deadline.is_none() {
                         let deadline = now + shutdown_timeout;
                         drain_deadline = Some(deadline);

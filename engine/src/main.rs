@@ -11,7 +11,7 @@ use spillway::coremap::{self, Machine};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Exit status for a config that does not load.
-const EXIT_CONFIG: u8 = 2;
+const EXIT_CONFIG: u8 = spillway::control::EXIT_CONFIG as u8;
 
 #[derive(Parser, Debug)]
 #[command(

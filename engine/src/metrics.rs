@@ -113,6 +113,8 @@ pub enum Report {
         shard: usize,
         /// What happened, naming the sink.
         message: String,
+        /// How the process should end.
+        class: crate::runner::FailureClass,
     },
     /// The shard is done (all its sinks finished or stopped).
     Finished {

@@ -218,9 +218,46 @@ enum Source {
     Generate(Generator),
 }
 
+/// What kind of failure ended a runner, for the exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureClass {
+    /// Something failed for good at run time (exit 1).
+    Runtime,
+    /// The configuration cannot work with the peer it names (exit 2), e.g. an Iggy server that
+    /// does not accept this protocol version.
+    Config,
+}
+
 /// Why a runner ended early.
 #[derive(Debug)]
-pub struct Fatal(pub String);
+pub struct Fatal {
+    /// What happened, naming the sink.
+    pub message: String,
+    /// How the process should end.
+    pub class: FailureClass,
+}
+
+impl Fatal {
+    /// A run-time failure.
+    pub fn new(message: impl Into<String>) -> Fatal {
+        Fatal {
+            message: message.into(),
+            class: FailureClass::Runtime,
+        }
+    }
+
+    /// A failure of the source: a configuration problem when the error says so.
+    pub fn from_iggy(message: impl Into<String>, e: &IggyError) -> Fatal {
+        Fatal {
+            message: message.into(),
+            class: if e.is_config() {
+                FailureClass::Config
+            } else {
+                FailureClass::Runtime
+            },
+        }
+    }
+}
 
 /// One sink on one shard.
 pub struct Runner {
@@ -273,9 +310,9 @@ impl Runner {
         let cfg = Arc::new(config.sinks[index].clone());
         let acks = Acks::new();
         let sink = crate::sink::build(&cfg, shard_index, acks.clone())
-            .map_err(|e| Fatal(format!("sink {:?}: {e}", cfg.name)))?;
+            .map_err(|e| Fatal::new(format!("sink {:?}: {e}", cfg.name)))?;
         let counts_payloads = sink.buffered().is_none();
-        let fatal = |e: IggyError| Fatal(format!("sink {:?}: {e}", cfg.name));
+        let fatal = |e: IggyError| Fatal::from_iggy(format!("sink {:?}: {e}", cfg.name), &e);
         let (source, stream_name, topic_name) = match cfg.source {
             SourceKind::Generate => {
                 let partitions = match work {
@@ -299,29 +336,30 @@ impl Runner {
             }
             SourceKind::Iggy => {
                 let iggy = &config.iggy;
-                let endpoint = endpoint.ok_or_else(|| Fatal("no Iggy endpoint".to_owned()))?;
+                let endpoint = endpoint.ok_or_else(|| Fatal::new("no Iggy endpoint"))?;
                 let creds = match (&iggy.token, &iggy.username, &iggy.password) {
                     (Some(t), _, _) => Credentials::Token(t.clone()),
                     (None, Some(u), Some(p)) => Credentials::Password {
                         username: u.clone(),
                         password: p.clone(),
                     },
-                    _ => return Err(Fatal("iggy: no credentials".to_owned())),
+                    _ => return Err(Fatal::new("iggy: no credentials")),
                 };
                 let (Some(stream), Some(topic)) = (&cfg.stream, &cfg.topic) else {
-                    return Err(Fatal(format!("sink {:?}: stream and topic", cfg.name)));
+                    return Err(Fatal::new(format!("sink {:?}: stream and topic", cfg.name)));
                 };
                 let group = cfg
                     .consumer_group
                     .as_ref()
                     .map(|g| WireIdentifier::named(g.clone()))
                     .transpose()
-                    .map_err(|e| Fatal(format!("sink {:?}: consumer_group: {e}", cfg.name)))?;
+                    .map_err(|e| Fatal::new(format!("sink {:?}: consumer_group: {e}", cfg.name)))?;
                 let consumer = match &group {
                     Some(g) => WireConsumer::consumer_group(g.clone()),
                     None => WireConsumer::consumer(
-                        WireIdentifier::named(cfg.consumer_name().to_owned())
-                            .map_err(|e| Fatal(format!("sink {:?}: consumer: {e}", cfg.name)))?,
+                        WireIdentifier::named(cfg.consumer_name().to_owned()).map_err(|e| {
+                            Fatal::new(format!("sink {:?}: consumer: {e}", cfg.name))
+                        })?,
                     ),
                 };
                 let explicit = match work {
@@ -383,7 +421,7 @@ impl Runner {
     }
 
     fn fatal(&self, what: impl std::fmt::Display) -> Fatal {
-        Fatal(format!("sink {:?}: {what}", self.cfg.name))
+        Fatal::new(format!("sink {:?}: {what}", self.cfg.name))
     }
 
     /// Runs until the sink is done, drained or stopped; `Err` when it failed for good.
@@ -393,7 +431,7 @@ impl Runner {
             // Whatever else happened, store what is confirmed.
             self.apply_reports(true).ok();
             let _ = self.commit(true).await;
-            warn!(sink = %self.cfg.name, "stopped: {}", e.0);
+            warn!(sink = %self.cfg.name, "stopped: {}", e.message);
         }
         self.leave_group().await;
         // This runner's share of the shard's total leaves with it.
@@ -662,7 +700,14 @@ impl Runner {
                 );
                 Ok(false)
             }
-            Err(e) => Err(self.fatal(format_args!("{e} (Iggy at {})", self.iggy_address()))),
+            Err(e) => Err(Fatal::from_iggy(
+                format!(
+                    "sink {:?}: {e} (Iggy at {})",
+                    self.cfg.name,
+                    self.iggy_address()
+                ),
+                &e,
+            )),
         }
     }
 
@@ -832,6 +877,26 @@ impl Runner {
         for part in self.parts.iter_mut().flatten() {
             part.owned = assigned.contains(&part.info.partition);
         }
+        // `start = "latest"` needs the heads of the partitions new to this member.
+        let new: Vec<u32> = assigned
+            .iter()
+            .copied()
+            .filter(|&p| self.slot_of(p).is_none())
+            .collect();
+        let heads = if new.is_empty() || self.cfg.start != StartFrom::Latest {
+            Vec::new()
+        } else {
+            let Source::Iggy(src) = &mut self.source else {
+                return Ok(());
+            };
+            let Some(client) = src.client.as_mut() else {
+                return Err(IggyError::Io(std::io::ErrorKind::NotConnected.into()));
+            };
+            client
+                .topic(&src.stream, &src.topic)
+                .await?
+                .unwrap_or_default()
+        };
         for p in assigned {
             match self.slot_of(p) {
                 Some(slot) => {
@@ -839,7 +904,10 @@ impl Runner {
                         part.owned = true;
                     }
                 }
-                None => self.init_partition(p, None).await?,
+                None => {
+                    let head = heads.iter().find(|h| h.id == p).copied();
+                    self.init_partition(p, head).await?
+                }
             }
         }
         Ok(())
@@ -1235,6 +1303,6 @@ impl std::future::Future for YieldNow {
 
 impl From<SinkError> for Fatal {
     fn from(e: SinkError) -> Self {
-        Fatal(e.0)
+        Fatal::new(e.0)
     }
 }

@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::coremap::ShardPlan;
 use crate::iggy::Endpoint;
 use crate::metrics::{Command, Report};
-use crate::runner::{Fatal, Runner, ShardState, push_blocking};
+use crate::runner::{FailureClass, Fatal, Runner, ShardState, push_blocking};
 
 /// The control thread's handle on a shard.
 #[derive(Debug)]
@@ -56,6 +56,7 @@ fn shard_thread(
             Report::Fatal {
                 shard: index,
                 message: format!("pinning shard {index} to core {}: {e:?}", plan.core),
+                class: FailureClass::Runtime,
             },
         );
         push_blocking(&reports, Report::Finished { shard: index });
@@ -72,6 +73,7 @@ fn shard_thread(
                 Report::Fatal {
                     shard: index,
                     message: format!("starting the runtime of shard {index}: {e}"),
+                    class: FailureClass::Runtime,
                 },
             );
             push_blocking(&reports, Report::Finished { shard: index });
@@ -118,26 +120,28 @@ async fn shard_main(
                 let remaining = Rc::clone(&remaining);
                 let reports = Arc::clone(&reports);
                 monoio::spawn(async move {
-                    if let Err(Fatal(message)) = runner.run().await {
+                    if let Err(Fatal { message, class }) = runner.run().await {
                         error!(shard = index, "{message}");
                         push_blocking(
                             &reports,
                             Report::Fatal {
                                 shard: index,
                                 message,
+                                class,
                             },
                         );
                     }
                     remaining.set(remaining.get() - 1);
                 });
             }
-            Err(Fatal(message)) => {
+            Err(Fatal { message, class }) => {
                 error!(shard = index, "{message}");
                 push_blocking(
                     &reports,
                     Report::Fatal {
                         shard: index,
                         message,
+                        class,
                     },
                 );
             }

@@ -1,4 +1,4 @@
-//! End to end: Iggy (the harness's stand-in, or a real server with `SPILLWAY_TEST_IGGY`) ->
+//! End to end: Iggy (the real server the harness starts, see `IggyServer::start`) ->
 //! `spillway run` -> file sink, checked through the file and the offsets stored in Iggy.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -14,7 +14,7 @@ use spillway_tests::{IggyServer, TestConsumer};
 const LONG: Duration = Duration::from_secs(60);
 
 fn server() -> IggyServer {
-    IggyServer::from_env_or_stand_in().unwrap()
+    IggyServer::start().unwrap()
 }
 
 #[test]

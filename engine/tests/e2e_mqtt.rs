@@ -1,4 +1,4 @@
-//! End to end: Iggy (the harness's STAND-IN server, or a real one with `SPILLWAY_TEST_IGGY`) ->
+//! End to end: Iggy (the real server the harness starts, see `IggyServer::start`) ->
 //! `spillway run` -> the MQTT sink -> a REAL mosquitto 2.0.11 started by the harness, observed
 //! by the harness's independent subscriber (built on `mqttbytes`) and, where counting matters,
 //! through the harness's MQTT count proxy between the engine and the broker.
@@ -40,7 +40,7 @@ const LONG: Duration = Duration::from_secs(60);
 const SHORT: Duration = Duration::from_secs(10);
 
 fn iggy() -> IggyServer {
-    IggyServer::from_env_or_stand_in().unwrap()
+    IggyServer::start().unwrap()
 }
 
 fn protocol(v: MqttVersion) -> &'static str {
@@ -1462,6 +1462,89 @@ fn the_client_id_takes_the_host_name_and_a_non_portable_311_id_is_logged() {
     );
 }
 
+/// Two engines of one consumer group on one host, with the client id of
+/// `examples/iggy-consumer-group.toml` (the default), delivering to one broker. With the
+/// example's old id (`spillway-{host}-{sink}-{shard}-{conn}`, no `{pid}`), both processes had
+/// the same ids and mosquitto dropped the older connection of each pair over and over.
+#[test]
+fn two_engines_of_one_group_on_one_host_share_a_broker_with_the_examples_client_id() {
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/iggy-consumer-group.toml"),
+    )
+    .unwrap();
+    let client_id = example
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("client_id = "))
+        .expect("the example sets client_id")
+        .trim_matches('"')
+        .to_owned();
+    let broker = Mosquitto::start(MosquittoOpts::new()).unwrap();
+    let iggy = iggy();
+    let t = topic(&iggy, "twohost", 4);
+    let mut admin = iggy.admin().unwrap();
+    admin
+        .create_consumer_group(&t.stream, &t.topic, "pair")
+        .unwrap();
+    let sub = Subscriber::connect(broker.addr(), SubscriberOpts::v5("pair/#").qos(1)).unwrap();
+    let cfg = engine_sections(&iggy)
+        + &mqtt_sink(
+            "pair",
+            &t,
+            "consumer_group = \"pair\"",
+            "group_sync_interval = \"100ms\"",
+            &broker.host_port(),
+            &format!(
+                "protocol = \"5\"\nqos = 1\ntopic = \"pair/{{partition}}\"\nclient_id = \"{client_id}\""
+            ),
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Engine::start(dir.path(), "pair-a", &cfg);
+    let mut b = Engine::start(dir.path(), "pair-b", &cfg);
+    common::wait_until("both engines have an assignment", LONG, || {
+        a.log().contains("consumer group assignment")
+            && b.log().contains("consumer group assignment")
+    });
+    let per_partition = 200u64;
+    for p in 0..4 {
+        let batch: Vec<TestMessage> = (0..per_partition)
+            .map(|n| TestMessage::new(u128::from(n) + 1, format!("{p}-{n}").into_bytes()))
+            .collect();
+        send_all(&mut admin, &t, p, &batch);
+    }
+    common::wait_until("every offset stored for the group", LONG, || {
+        (0..4).all(|p| {
+            admin
+                .stored_offset(&TestConsumer::Group("pair".into()), &t.stream, &t.topic, p)
+                .unwrap()
+                == Some(per_partition - 1)
+        })
+    });
+    let got = settled(&sub, Duration::from_millis(300));
+    let distinct: BTreeSet<String> = got.iter().map(text).collect();
+    assert_eq!(
+        distinct.len() as u64,
+        4 * per_partition,
+        "every message arrived"
+    );
+    stop_clean(&mut a, SHORT * 3);
+    stop_clean(&mut b, SHORT * 3);
+    let log = broker.log();
+    assert!(
+        !log.contains("already connected"),
+        "two connections shared a client id:\n{}",
+        broker.log_tail(30)
+    );
+    for (name, e) in [("a", &a), ("b", &b)] {
+        let log = e.log();
+        assert!(
+            !log.contains("reconnecting"),
+            "engine {name} lost its broker connection:\n{}",
+            tail(&log, 30)
+        );
+    }
+}
+
 /// A stock mosquitto leaves Nagle's algorithm on (`set_tcp_nodelay false`): after the first
 /// PUBACK of a burst it holds the rest until that one is ACKed, and while the window is closed
 /// the engine has no data to carry that ACK, so the kernel delays it (~40 ms). Before the fix
@@ -1518,8 +1601,9 @@ fn a_stock_mosquitto_with_nagle_does_not_hold_each_window_for_a_delayed_ack() {
 /// MiB before, 62 after), so the poll count is what is checked; the RSS bound is a backstop.
 #[test]
 fn a_window_refilled_by_a_slow_broker_does_not_pile_up_read_buffers() {
+    // The STAND-IN: it counts the polls it serves, which the real server does not tell.
     let broker = Mosquitto::start(MosquittoOpts::new()).unwrap();
-    let iggy = iggy();
+    let iggy = IggyServer::StandIn(spillway_tests::IggyStandIn::start().unwrap());
     let t = topic(&iggy, "trickle", 4);
     let mut admin = iggy.admin().unwrap();
     let per_partition = 30_000u64;
@@ -1565,18 +1649,16 @@ fn a_window_refilled_by_a_slow_broker_does_not_pile_up_read_buffers() {
         peak_kib = peak_kib.max(kib);
     }
     stop_clean(&mut engine, SHORT * 3);
-    let polls = iggy.stand_in().map(|s| s.poll_requests());
-    eprintln!("peak RSS {} MiB, polls {polls:?}", peak_kib / 1024);
-    // The stand-in counts polls (a real server does not tell): 120,000 messages took 1,092 and
-    // 1,284 polls in two runs before the fix (about 100 messages each); 128 after it (~120
-    // full batches, a few empty polls of partitions drained before the others).
-    if let Some(polls) = polls {
-        assert!(
-            polls < 400,
-            "{polls} polls for {} messages: the window is topped up a few messages at a time",
-            4 * per_partition
-        );
-    }
+    let polls = iggy.stand_in().map_or(0, |s| s.poll_requests());
+    eprintln!("peak RSS {} MiB, polls {polls}", peak_kib / 1024);
+    // 120,000 messages took 1,092 and 1,284 polls in two runs before the fix (about 100
+    // messages each); 128 after it (~120 full batches, a few empty polls of partitions drained
+    // before the others).
+    assert!(
+        polls > 0 && polls < 400,
+        "{polls} polls for {} messages: the window is topped up a few messages at a time",
+        4 * per_partition
+    );
     assert!(
         peak_kib > 0 && peak_kib < 150 * 1024,
         "the engine's peak RSS was {} MiB (want under 150 MiB)",
@@ -2157,8 +2239,11 @@ fn keep_alive_pings_an_idle_broker_and_a_silent_one_is_replaced_by_a_new_connect
     assert!(stats.pingreqs >= 3, "{stats:?}");
 
     // A broker that stops answering: the PINGREQ goes unanswered and the engine gives up on
-    // the connection within about two keep-alive intervals, then connects again.
-    proxy.hold_client_to_broker(true);
+    // the connection within about two keep-alive intervals, then connects again. The network
+    // is black-holed both ways: with only the engine's bytes held, mosquitto's own keep-alive
+    // timeout (1.5 intervals) closed the connection first in some runs, and the engine saw a
+    // close instead of a silence.
+    proxy.black_hole(true);
     let deadline = Instant::now() + LONG;
     while !engine.log().contains("no PINGRESP within the keep-alive") {
         assert!(
@@ -2168,7 +2253,7 @@ fn keep_alive_pings_an_idle_broker_and_a_silent_one_is_replaced_by_a_new_connect
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    proxy.hold_client_to_broker(false);
+    proxy.black_hole(false);
     let deadline = Instant::now() + LONG;
     while proxy.stats().connack_codes.len() < 2 {
         assert!(

@@ -1,4 +1,4 @@
-//! The S3 sink end to end: the Iggy stand-in (or `SPILLWAY_TEST_IGGY`) -> the `spillway` binary ->
+//! The S3 sink end to end: the real Iggy server (see `IggyServer::start`) -> the `spillway` binary ->
 //! s3s-fs started by the harness (it verifies SigV4). Objects are read back from s3s-fs's data
 //! directory and parsed.
 
@@ -17,7 +17,7 @@ use spillway_tests::{IggyServer, S3Server};
 const LONG: Duration = Duration::from_secs(60);
 
 fn iggy() -> IggyServer {
-    IggyServer::from_env_or_stand_in().unwrap()
+    IggyServer::start().unwrap()
 }
 
 /// Every object under `dir`, by key, with its bytes (s3s-fs's bookkeeping skipped).

@@ -1,7 +1,8 @@
-//! End to end over TLS: the harness's Iggy stand-in serving TLS (a certificate from a CA made
-//! for it) -> `spillway run` with `[iggy] tls = true` -> file sink. With the right CA everything
-//! arrives; with another CA the handshake fails, which is not transient: the engine stops with
-//! exit status 1 and names the TLS problem.
+//! End to end over TLS: the real Iggy server serving TLS (`IGGY_TCP_TLS_*`, a certificate for
+//! `iggy.test` and 127.0.0.1 from a CA made in the test, `self_signed = false`) -> `spillway
+//! run` with `[iggy] tls = true` -> file sink. With the right CA everything arrives; with
+//! another CA, or a server name the certificate does not hold, the handshake fails, which is
+//! not transient: the engine stops with exit status 1 and names the TLS problem.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,20 +12,31 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{Engine, config, lines, send, stored, topic};
-use spillway_tests::{DEFAULT_SERVER_NAME, IggyServer, IggyStandIn, IggyStandInOpts, TestCa};
+use spillway_tests::{DEFAULT_SERVER_NAME, IggyProcessOpts, IggyServer, TestCa};
 
 const LONG: Duration = Duration::from_secs(60);
 
+/// The real server with TLS on (a TLS stand-in only where no real server is at hand).
 fn tls_server() -> IggyServer {
-    IggyServer::StandIn(IggyStandIn::start_with(IggyStandInOpts::new().tls()).unwrap())
+    let server = IggyServer::start_with(IggyProcessOpts::new().tls()).unwrap();
+    assert!(
+        server.ca_pem().is_some(),
+        "a TLS server (SPILLWAY_TEST_IGGY names a plain one?)"
+    );
+    server
 }
 
 /// The file-sink config of `common::config` with TLS on, trusting the CA in `ca_file`.
 fn tls_config(plain: &str, ca_file: &Path) -> String {
+    tls_config_named(plain, ca_file, DEFAULT_SERVER_NAME)
+}
+
+/// As [`tls_config`], checking the certificate for `server_name`.
+fn tls_config_named(plain: &str, ca_file: &Path, server_name: &str) -> String {
     let with_tls = plain.replacen(
         "[iggy]\n",
         &format!(
-            "[iggy]\ntls = true\ntls_ca = \"{}\"\ntls_server_name = \"{DEFAULT_SERVER_NAME}\"\n",
+            "[iggy]\ntls = true\ntls_ca = \"{}\"\ntls_server_name = \"{server_name}\"\n",
             ca_file.display()
         ),
         1,
@@ -36,7 +48,8 @@ fn tls_config(plain: &str, ca_file: &Path) -> String {
 #[test]
 fn every_message_arrives_over_tls_with_the_right_ca() {
     let iggy = tls_server();
-    let ca_pem = iggy.stand_in().unwrap().ca_pem().unwrap().to_owned();
+    assert!(iggy.is_real() || !spillway_tests::iggy::real_iggy_required());
+    let ca_pem = iggy.ca_pem().unwrap().to_owned();
     let t = topic(&iggy, "tls", 2);
     let mut admin = iggy.admin().unwrap();
     for p in 0..2 {
@@ -83,6 +96,34 @@ fn a_server_certificate_from_another_ca_stops_the_engine_with_a_tls_error() {
     assert!(log.contains("handshake with"), "{log}");
     assert!(
         log.contains("UnknownIssuer") || log.to_lowercase().contains("unknown issuer"),
+        "the log names the certificate problem\n{log}"
+    );
+    assert!(!log.contains("Iggy unavailable, retrying"), "{log}");
+    assert!(lines(&out).is_empty(), "nothing is delivered");
+    assert_eq!(stored(&mut admin, &t, "file-out", 0), None);
+}
+
+#[test]
+fn a_server_name_the_certificate_does_not_hold_stops_the_engine_with_a_tls_error() {
+    let iggy = tls_server();
+    let t = topic(&iggy, "tls-wrong-name", 1);
+    let mut admin = iggy.admin().unwrap();
+    send(&mut admin, &t, 0, "never", 0, 20);
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("iggy-ca.pem");
+    std::fs::write(&ca_file, iggy.ca_pem().unwrap()).unwrap();
+    let out = dir.path().join("out.jsonl");
+    let plain = config(&iggy, &t, "partitions = [0]", &out, "", "");
+    let cfg = tls_config_named(&plain, &ca_file, "not-iggy.test");
+    let mut engine = Engine::start(dir.path(), "tls-wrong-name", &cfg);
+    let status = engine
+        .wait(LONG)
+        .expect("a TLS name mismatch is not retried: the engine stops by itself");
+    let log = engine.log();
+    assert_eq!(status.code(), Some(1), "exit {status:?}\n{log}");
+    assert!(log.contains("TLS to Iggy"), "{log}");
+    assert!(
+        log.contains("NotValidForName") || log.to_lowercase().contains("not valid for"),
         "the log names the certificate problem\n{log}"
     );
     assert!(!log.contains("Iggy unavailable, retrying"), "{log}");

@@ -12,7 +12,7 @@ pub enum HarnessError {
     /// A program the harness runs is not installed (or not on `PATH`).
     BinaryMissing {
         /// The program name, e.g. `mosquitto`.
-        binary: &'static str,
+        binary: String,
     },
     /// An I/O operation failed; `context` says which one.
     Io {

@@ -11,9 +11,12 @@
 //!   directions and counts QoS 1/2 messages in flight and what the broker acknowledged.
 //! - [`FaultProxy`]: an HTTP proxy that injects faults (dropped connections, 500, 503 SlowDown,
 //!   stalls, a fixed error answer) into a seeded share of S3 requests.
-//! - [`IggyStandIn`]: a stand-in for the Iggy server (not the real server), built on the real
-//!   wire-format crate; [`IggyServer`] picks a real server instead when `SPILLWAY_TEST_IGGY` is
-//!   set, and [`IggyAdmin`] is a small synchronous client for both (see [`iggy`]).
+//! - [`IggyProcess`]: the real Iggy server (`../shared/iggy/iggy-server`) in a temporary data
+//!   directory on a free loopback port; [`IggyStandIn`]: a stand-in for it (not the real
+//!   server), built on the real wire-format crate, for what the real server cannot be made to
+//!   do; [`IggyServer::start`] picks (an external server with `SPILLWAY_TEST_IGGY`, else the
+//!   real one, else the stand-in with a notice, an error under `SPILLWAY_REQUIRE_REAL_IGGY=1`),
+//!   and [`IggyAdmin`] is a small synchronous client for all of them (see [`iggy`]).
 //! - `containers` (feature `containers`): EMQX and MinIO through testcontainers where Docker
 //!   exists.
 //!
@@ -43,8 +46,8 @@ pub use certs::{IssuedCert, TestCa};
 pub use error::{HarnessError, IggyChannel};
 pub use faultproxy::{FaultPlan, FaultProxy, FaultStats, FixedAnswer};
 pub use iggy::{
-    IggyAdmin, IggyServer, IggyStandIn, IggyStandInOpts, PolledTestBatch, PolledTestMessage,
-    TestConsumer, TestMessage, TestPolling,
+    IggyAdmin, IggyProcess, IggyProcessOpts, IggyServer, IggyStandIn, IggyStandInOpts,
+    PolledTestBatch, PolledTestMessage, TestConsumer, TestMessage, TestPolling,
 };
 pub use mosquitto::{Mosquitto, MosquittoOpts, TlsMode};
 pub use mqtt_count_proxy::{MqttCountProxy, ProxyStats};

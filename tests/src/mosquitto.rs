@@ -519,7 +519,7 @@ impl Mosquitto {
         let output = cmd.output().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 HarnessError::BinaryMissing {
-                    binary: "mosquitto_pub",
+                    binary: "mosquitto_pub".to_owned(),
                 }
             } else {
                 HarnessError::io("running mosquitto_pub", e)
@@ -557,7 +557,7 @@ fn write_password_file(path: &Path, users: &[(String, String)]) -> Result<(), Ha
         let output = cmd.output().map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 HarnessError::BinaryMissing {
-                    binary: "mosquitto_passwd",
+                    binary: "mosquitto_passwd".to_owned(),
                 }
             } else {
                 HarnessError::io("running mosquitto_passwd", e)

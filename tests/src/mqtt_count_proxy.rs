@@ -15,7 +15,8 @@
 //!
 //! Test controls: [`MqttCountProxy::refuse_connections`] (new connections are closed at once,
 //! like a broker that is down), [`MqttCountProxy::hold_client_to_broker`] (stop forwarding
-//! client bytes; the broker's acknowledgements still flow) and [`MqttCountProxy::close_all`].
+//! client bytes; the broker's acknowledgements still flow), [`MqttCountProxy::black_hole`]
+//! (nothing flows either way) and [`MqttCountProxy::close_all`].
 //!
 //! The parser is a minimal one of its own (fixed header, remaining length, the few fields it
 //! needs) and is tested against packets encoded by the independent `mqttbytes` crate.
@@ -446,6 +447,8 @@ struct Shared {
     stop: AtomicBool,
     refuse: AtomicBool,
     hold: AtomicBool,
+    /// Neither direction is read nor forwarded (a network black hole).
+    black_hole: AtomicBool,
     next_conn: AtomicU64,
     links: Mutex<Vec<Weak<Link>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -537,6 +540,13 @@ impl MqttCountProxy {
     /// bytes from the broker still flow.
     pub fn hold_client_to_broker(&self, on: bool) {
         self.shared.hold.store(on, Ordering::SeqCst);
+    }
+
+    /// While on, bytes are neither read nor forwarded in either direction, and a side that
+    /// closes is not seen by the other: a peer that went silent behind a black-holed network
+    /// (the broker's own keep-alive timeout, which closes its side, stays unseen).
+    pub fn black_hole(&self, on: bool) {
+        self.shared.black_hole.store(on, Ordering::SeqCst);
     }
 
     /// Closes every open connection (both sides).
@@ -666,7 +676,9 @@ fn pump(
     let mut framer = MqttFramer::default();
     let mut chunk = vec![0u8; 64 * 1024];
     while !link.closed.load(Ordering::SeqCst) && !shared.stop.load(Ordering::SeqCst) {
-        if dir == Direction::ClientToBroker && shared.hold.load(Ordering::SeqCst) {
+        if (dir == Direction::ClientToBroker && shared.hold.load(Ordering::SeqCst))
+            || shared.black_hole.load(Ordering::SeqCst)
+        {
             thread::sleep(Duration::from_millis(5));
             continue;
         }

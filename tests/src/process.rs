@@ -24,9 +24,10 @@ pub const LOG_TAIL_LINES: usize = 40;
 /// kept across restarts.
 pub struct ServerProcess {
     name: &'static str,
-    program: &'static str,
+    program: OsString,
     args: Vec<OsString>,
     envs: Vec<(OsString, OsString)>,
+    current_dir: Option<PathBuf>,
     log_path: PathBuf,
     child: Option<Child>,
 }
@@ -34,18 +35,19 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Describes a server; nothing runs until [`ServerProcess::spawn`].
     ///
-    /// `name` is used in error messages, `program` is looked up on `PATH`.
+    /// `name` is used in error messages, `program` is a path or looked up on `PATH`.
     pub fn new(
         name: &'static str,
-        program: &'static str,
+        program: impl Into<OsString>,
         args: impl IntoIterator<Item = impl Into<OsString>>,
         log_path: impl Into<PathBuf>,
     ) -> Self {
         ServerProcess {
             name,
-            program,
+            program: program.into(),
             args: args.into_iter().map(Into::into).collect(),
             envs: Vec::new(),
+            current_dir: None,
             log_path: log_path.into(),
             child: None,
         }
@@ -54,6 +56,22 @@ impl ServerProcess {
     /// Sets an environment variable for the server.
     pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
         self.envs.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets an environment variable for the next start, replacing an earlier value.
+    pub fn set_env(&mut self, key: impl Into<OsString>, value: impl Into<OsString>) {
+        let key = key.into();
+        let value = value.into();
+        match self.envs.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = value,
+            None => self.envs.push((key, value)),
+        }
+    }
+
+    /// Runs the server in `dir` (so it picks up no stray files from the test's directory).
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.current_dir = Some(dir.into());
         self
     }
 
@@ -75,7 +93,7 @@ impl ServerProcess {
         let log_err = log
             .try_clone()
             .map_err(|e| HarnessError::io("duplicating the log file handle", e))?;
-        let mut command = Command::new(self.program);
+        let mut command = Command::new(&self.program);
         command
             .args(&self.args)
             .stdin(Stdio::null())
@@ -84,13 +102,23 @@ impl ServerProcess {
         for (key, value) in &self.envs {
             command.env(key, value);
         }
+        if let Some(dir) = &self.current_dir {
+            command.current_dir(dir);
+        }
         let child = command.spawn().map_err(|e| {
             if e.kind() == io::ErrorKind::NotFound {
                 HarnessError::BinaryMissing {
-                    binary: self.program,
+                    binary: self.program.to_string_lossy().into_owned(),
                 }
             } else {
-                HarnessError::io(format!("starting {}", self.program), e)
+                HarnessError::io(
+                    format!(
+                        "starting {} ({})",
+                        self.name,
+                        self.program.to_string_lossy()
+                    ),
+                    e,
+                )
             }
         })?;
         self.child = Some(child);

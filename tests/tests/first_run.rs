@@ -1,6 +1,6 @@
 //! The first-run demo end to end: `spillway-first-run` with a small message count against the
 //! debug `spillway` binary, real mosquitto and s3s-fs, with the generate source and with
-//! `--iggy` against the harness's Iggy stand-in. It must exit 0 and report the three counts
+//! `--iggy` against the real Iggy server. It must exit 0 and report the three counts
 //! (sent, received, in objects) equal.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use spillway_tests::ports::free_loopback_port;
-use spillway_tests::{HarnessError, IggyStandIn, IggyStandInOpts};
+use spillway_tests::{
+    HarnessError, IggyProcess, IggyProcessOpts, IggyServer, IggyStandIn, IggyStandInOpts,
+};
 
 /// `target/debug/spillway`, built with `cargo build -p spillway` when it is missing.
 fn engine() -> PathBuf {
@@ -66,17 +68,31 @@ fn first_run_delivers_every_message_to_mqtt_and_s3() {
 
 /// `--iggy`: the program logs in, creates a stream, sends the messages, runs the engine with
 /// the Iggy source, stops it once both sinks stored their last offsets, checks the counts and
-/// deletes the stream. The server here is the harness's Iggy STAND-IN (`IggyStandIn`), a
-/// server written on the real wire-format crate that imitates Iggy 0.9.0-edge.5; it is not the
-/// real Iggy server. Its user is not the default `iggy`/`iggy`, so the run only succeeds if
+/// deletes the stream. The server here is the real Iggy server the harness starts (the
+/// stand-in only where no server binary is at hand). Its root user is not the default
+/// `iggy`/`iggy`, so the run only succeeds if
 /// the credentials really come from `SPILLWAY_IGGY_USERNAME` / `SPILLWAY_IGGY_PASSWORD`, and
 /// the password must appear nowhere in the output. (Before `--iggy` was implemented the
 /// program exited 2 with "not supported yet", which fails the first assertion.)
 #[test]
 fn first_run_with_iggy_delivers_every_message_to_mqtt_and_s3() {
     let password = "first-run-secret-7f3a";
-    let iggy = IggyStandIn::start_with(IggyStandInOpts::new().user("first-run", password))
-        .expect("start the Iggy stand-in");
+    let iggy = match spillway_tests::iggy::server_binary().expect("server binary") {
+        Some(_) => IggyServer::Real(
+            IggyProcess::start_with(IggyProcessOpts::new().root_user("first-run", password))
+                .expect("start the Iggy server"),
+        ),
+        None => {
+            assert!(
+                !spillway_tests::iggy::real_iggy_required(),
+                "no Iggy server binary"
+            );
+            IggyServer::StandIn(
+                IggyStandIn::start_with(IggyStandInOpts::new().user("first-run", password))
+                    .expect("start the Iggy stand-in"),
+            )
+        }
+    };
     let addr = iggy.addr().to_string();
     let (stdout, stderr) = run_ok(
         2000,

@@ -266,7 +266,7 @@ mod defaults {
         1
     }
     pub fn client_id() -> String {
-        "spillway-{sink}-{shard}-{conn}".to_owned()
+        "spillway-{host}-{pid}-{sink}-{shard}-{conn}".to_owned()
     }
     pub fn keep_alive() -> Dur {
         Dur(Duration::from_secs(30))

@@ -18,6 +18,14 @@ use super::proto::{HEADER_SIZE, RequestState, frame_size};
 
 /// Smallest room made in the read buffer before a read.
 const MIN_READ: usize = 64 * 1024;
+/// The wait before a request refused as transient is sent again (the official SDK waits 50 ms).
+pub const TRANSIENT_RETRY: Duration = Duration::from_millis(50);
+
+/// Result codes a request may be sent again after, unchanged: 57 `TransientNotCommitted` and 58
+/// `TransientNotAccepted`.
+pub fn is_transient_refusal(code: u32) -> bool {
+    matches!(code, 57 | 58)
+}
 
 enum Stream {
     Plain(TcpStream),
@@ -65,6 +73,7 @@ pub struct Connection {
     read: BytesMut,
     write: BytesMut,
     request_timeout: Duration,
+    transient_retries: u64,
 }
 
 impl std::fmt::Debug for Connection {
@@ -127,6 +136,7 @@ impl Connection {
             read: BytesMut::with_capacity(MIN_READ),
             write: BytesMut::with_capacity(4096),
             request_timeout: endpoint.request_timeout,
+            transient_retries: 0,
         })
     }
 
@@ -141,17 +151,46 @@ impl Connection {
     }
 
     /// Sends request `code` and returns the reply payload.
+    ///
+    /// A request the server answers with a transient refusal (57 `TransientNotCommitted`: a
+    /// metadata change of this client still in the pipeline, or the outcome unknown; 58
+    /// `TransientNotAccepted`: not admitted) is sent again, the same frame with the same request
+    /// number, every [`TRANSIENT_RETRY`] until `request_timeout` has passed since the first
+    /// send, on this connection: the server executes a resent request once, or replays the
+    /// reply of the one it committed, so nothing is applied twice and nothing reconnects.
     pub async fn call(&mut self, code: u32, body: &[u8]) -> Result<Bytes, IggyError> {
         self.write.clear();
         self.state.encode(code, body, &mut self.write)?;
         let out = self.write.split().freeze();
-        timeout(self.request_timeout, self.write_all(out))
-            .await
-            .map_err(|_| IggyError::Timeout("the request write"))??;
-        let frame = timeout(self.request_timeout, self.read_frame())
-            .await
-            .map_err(|_| IggyError::Timeout("a request"))??;
-        self.state.reply_body(&frame)
+        let deadline = std::time::Instant::now() + self.request_timeout;
+        loop {
+            timeout(self.request_timeout, self.write_all(out.clone()))
+                .await
+                .map_err(|_| IggyError::Timeout("the request write"))??;
+            let frame = timeout(self.request_timeout, self.read_frame())
+                .await
+                .map_err(|_| IggyError::Timeout("a request"))??;
+            match self.state.reply_body(&frame) {
+                Err(IggyError::Status { code: status })
+                    if is_transient_refusal(status)
+                        && std::time::Instant::now() + TRANSIENT_RETRY < deadline =>
+                {
+                    self.transient_retries += 1;
+                    tracing::debug!(
+                        code,
+                        status,
+                        "Iggy answered a transient refusal; sending the same request again"
+                    );
+                    monoio::time::sleep(TRANSIENT_RETRY).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// How many requests were sent again after a transient refusal (57/58) on this connection.
+    pub fn transient_retries(&self) -> u64 {
+        self.transient_retries
     }
 
     async fn write_all(&mut self, mut data: Bytes) -> Result<(), IggyError> {

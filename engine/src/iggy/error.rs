@@ -3,6 +3,23 @@
 use std::fmt;
 use std::io;
 
+use iggy_binary_protocol::IGGY_PROTOCOL_VERSION;
+
+/// The Iggy server version whose wire protocol Spillway speaks.
+pub const SUPPORTED_SERVER: &str = "0.9.0-edge.5";
+/// The `iggy_binary_protocol` crate version that protocol comes from.
+pub const PROTOCOL_CRATE_VERSION: &str = "0.11.0-edge.4";
+
+/// A packed protocol version (`major << 20 | minor << 10 | patch`) as `major.minor.patch`.
+pub fn version_text(packed: u32) -> String {
+    format!(
+        "{}.{}.{}",
+        packed >> 20,
+        (packed >> 10) & 0x3ff,
+        packed & 0x3ff
+    )
+}
+
 /// What went wrong talking to Iggy.
 #[derive(Debug)]
 pub enum IggyError {
@@ -19,6 +36,14 @@ pub enum IggyError {
     Status {
         /// The `IggyError` code.
         code: u32,
+    },
+    /// The server does not accept this client's wire protocol version (eviction reason 14):
+    /// it is another Iggy version than the one Spillway speaks.
+    IncompatibleProtocol {
+        /// The newest protocol the server accepts (packed `major << 20 | minor << 10 | patch`).
+        server_max: u32,
+        /// The oldest protocol the server accepts (packed).
+        server_min: u32,
     },
     /// A frame or body that does not decode, or a checksum that does not match.
     Malformed(String),
@@ -38,8 +63,17 @@ impl IggyError {
             IggyError::Evicted { reason } => matches!(reason, 1 | 7 | 8 | 13),
             // 40: the session is gone (e.g. after a stale-client eviction): log in again.
             IggyError::Status { code } => matches!(code, 30 | 40 | 57 | 58),
-            IggyError::Malformed(_) | IggyError::Tls(_) | IggyError::NotFound(_) => false,
+            IggyError::IncompatibleProtocol { .. }
+            | IggyError::Malformed(_)
+            | IggyError::Tls(_)
+            | IggyError::NotFound(_) => false,
         }
+    }
+
+    /// Whether the configuration cannot work with this server (the process exits 2): it
+    /// speaks another protocol version.
+    pub fn is_config(&self) -> bool {
+        matches!(self, IggyError::IncompatibleProtocol { .. })
     }
 }
 
@@ -58,6 +92,32 @@ impl fmt::Display for IggyError {
                     f,
                     "Iggy refused the request: {} (error {code})",
                     code_name(*code)
+                )
+            }
+            IggyError::IncompatibleProtocol {
+                server_max,
+                server_min,
+            } => {
+                write!(
+                    f,
+                    "this Iggy server does not accept protocol {ours} (wire version {}); \
+                     Spillway {} supports Iggy server {SUPPORTED_SERVER}",
+                    version_text(IGGY_PROTOCOL_VERSION),
+                    env!("CARGO_PKG_VERSION"),
+                    ours = PROTOCOL_CRATE_VERSION,
+                )?;
+                if *server_max != 0 {
+                    write!(
+                        f,
+                        "; the server accepts wire versions {} to {}",
+                        version_text(*server_min),
+                        version_text(*server_max)
+                    )?;
+                }
+                f.write_str(
+                    " (Iggy changes its wire protocol between releases: run the supported \
+                     server version, or a Spillway built for yours; see README, Supported \
+                     Iggy versions)",
                 )
             }
             IggyError::Malformed(what) => write!(f, "malformed data from Iggy: {what}"),

@@ -9,8 +9,8 @@
 use bytes::{Bytes, BytesMut};
 use iggy_binary_protocol::codes::{LOGIN_REGISTER_CODE, LOGIN_REGISTER_WITH_PAT_CODE};
 use iggy_binary_protocol::consensus::{
-    Command, EvictionHeader, GenericHeader, Operation, ReplyHeader, RequestHeader, result_code,
-    result_section_len,
+    Command, EvictionHeader, EvictionReason, GenericHeader, Operation, ReplyHeader, RequestHeader,
+    result_code, result_section_len,
 };
 use twox_hash::XxHash3_64;
 
@@ -133,6 +133,12 @@ pub fn decode_reply(frame: &Bytes, expect_request: Option<u64>) -> Result<Bytes,
         Command::Eviction => {
             let ev: EvictionHeader = bytemuck::checked::try_pod_read_unaligned(head)
                 .map_err(|e| IggyError::Malformed(format!("eviction header: {e}")))?;
+            if ev.reason == EvictionReason::IncompatibleProtocol {
+                return Err(IggyError::IncompatibleProtocol {
+                    server_max: ev.server_protocol_version,
+                    server_min: ev.server_protocol_version_min,
+                });
+            }
             Err(IggyError::Evicted {
                 reason: ev.reason as u8,
             })
@@ -255,6 +261,27 @@ mod tests {
                 assert!(e.to_string().contains("invalid credentials"), "{e}")
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_incompatible_protocol_eviction_names_both_versions_and_is_a_config_error() {
+        let packed = iggy_binary_protocol::version::pack_protocol_version;
+        let ev =
+            EvictionHeader::incompatible_protocol(0, 0, 0, 9, packed(0, 12, 3), packed(0, 12, 0));
+        let frame = Bytes::copy_from_slice(bytemuck::bytes_of(&ev));
+        let e = match decode_reply(&frame, None) {
+            Err(e @ IggyError::IncompatibleProtocol { .. }) => e,
+            other => panic!("{other:?}"),
+        };
+        assert!(e.is_config() && !e.is_transient(), "{e:?}");
+        let text = e.to_string();
+        for part in [
+            "this Iggy server does not accept protocol 0.11.0-edge.4",
+            "supports Iggy server 0.9.0-edge.5",
+            "accepts wire versions 0.12.0 to 0.12.3",
+        ] {
+            assert!(text.contains(part), "{part:?} missing from: {text}");
         }
     }
 }

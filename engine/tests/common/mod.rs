@@ -1,8 +1,9 @@
 //! Helpers for the engine's end-to-end tests: the `spillway` binary as a child process, its
 //! config, and the JSON lines the file sink writes.
 //!
-//! Iggy is the harness's STAND-IN server (built on the real wire-format crate) unless
-//! `SPILLWAY_TEST_IGGY=host:port` names a real server; every test creates its own stream.
+//! Iggy is the real server the harness starts for each test (`IggyServer::start`; the stand-in
+//! only where no server binary is at hand, or where a test says why); every test creates its
+//! own stream.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 

@@ -55,6 +55,10 @@ use crate::{HarnessError, IggyChannel};
 
 /// How long connecting, and waiting for any one reply, may take.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The wait before a request refused as transient is sent again (the SDK's 50 ms).
+pub const TRANSIENT_RETRY: Duration = Duration::from_millis(50);
+/// How long a request refused as transient is retried (the SDK's reply deadline).
+pub const TRANSIENT_DEADLINE: Duration = Duration::from_secs(30);
 /// The header kind of a UTF-8 string user header (key or value).
 const HEADER_KIND_STRING: u8 = 2;
 
@@ -169,6 +173,7 @@ pub struct IggyAdmin {
     client: u128,
     session: u64,
     next_request: u64,
+    transient_retries: u64,
 }
 
 fn ident(name: &str) -> Result<WireIdentifier, HarnessError> {
@@ -272,6 +277,7 @@ impl IggyAdmin {
             client: random_client_id(),
             session: 0,
             next_request: 1,
+            transient_retries: 0,
         })
     }
 
@@ -368,14 +374,37 @@ impl IggyAdmin {
 
     /// Sends one request and returns the payload of its reply (the result section stripped).
     /// Every refusal becomes [`HarnessError::IggyRefused`] naming `what`.
+    ///
+    /// A transient refusal (57 `TransientNotCommitted`, 58 `TransientNotAccepted`: the real
+    /// server answers concurrent metadata changes so at times) is retried as the SDK does: the
+    /// same frame, request number included, again after [`TRANSIENT_RETRY`], for up to
+    /// [`TRANSIENT_DEADLINE`]. [`IggyAdmin::transient_retries`] counts them.
     pub fn request(&mut self, what: &str, code: u32, body: &[u8]) -> Result<Bytes, HarnessError> {
         let frame = self.encode_request(code, body);
-        self.send_raw(&frame)?;
-        let reply = self.read_frame(IO_TIMEOUT)?.ok_or(HarnessError::Timeout {
-            waiting_for: "an Iggy reply",
-            waited: IO_TIMEOUT,
-        })?;
-        decode_reply(what, reply)
+        let deadline = std::time::Instant::now() + TRANSIENT_DEADLINE;
+        loop {
+            self.send_raw(&frame)?;
+            let reply = self.read_frame(IO_TIMEOUT)?.ok_or(HarnessError::Timeout {
+                waiting_for: "an Iggy reply",
+                waited: IO_TIMEOUT,
+            })?;
+            match decode_reply(what, reply) {
+                Err(HarnessError::IggyRefused {
+                    channel: IggyChannel::Status | IggyChannel::Result,
+                    code: codes::TRANSIENT_NOT_COMMITTED | codes::TRANSIENT_NOT_ACCEPTED,
+                    ..
+                }) if std::time::Instant::now() + TRANSIENT_RETRY < deadline => {
+                    self.transient_retries += 1;
+                    std::thread::sleep(TRANSIENT_RETRY);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// How many requests were sent again after a transient refusal.
+    pub fn transient_retries(&self) -> u64 {
+        self.transient_retries
     }
 
     /// Creates a stream (code 202).

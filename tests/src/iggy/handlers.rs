@@ -107,6 +107,17 @@ fn numbered(
     body: &[u8],
 ) -> Option<Vec<u8>> {
     match state.check_request(binding.client, header.request, header.request_checksum) {
+        Dedup::New if state.transient_refusals > 0 => {
+            // As the real server under concurrent changes: not applied, not recorded, so the
+            // same request sent again is new.
+            state.transient_refusals -= 1;
+            return Some(wire::result_rejected(
+                header,
+                binding.session,
+                state.commit(),
+                codes::TRANSIENT_NOT_COMMITTED,
+            ));
+        }
         Dedup::New => {}
         Dedup::Replay(reply) => return Some(reply),
         Dedup::Drop => return None,
@@ -137,8 +148,12 @@ fn login(state: &mut State, conn: u64, header: &RequestHeader, body: &[u8]) -> V
     let Ok((version, prefix)) = ClientVersionInfo::decode(body) else {
         return wire::eviction(header.client, EvictionReason::MalformedLogin);
     };
-    if !is_protocol_compatible(version.protocol_version) {
-        return wire::eviction(header.client, EvictionReason::IncompatibleProtocol);
+    let compatible = match state.protocol_window {
+        None => is_protocol_compatible(version.protocol_version),
+        Some((min, max)) => (min..=max).contains(&version.protocol_version),
+    };
+    if !compatible {
+        return wire::incompatible_protocol(header.client, state.protocol_window);
     }
     let tail = &body[prefix..];
     // As the server: try the password shape; on wrong credentials still try the token shape
@@ -165,6 +180,7 @@ fn login(state: &mut State, conn: u64, header: &RequestHeader, body: &[u8]) -> V
 }
 
 fn login_ok(state: &mut State, conn: u64, header: &RequestHeader, user_id: u32) -> Vec<u8> {
+    state.logins += 1;
     let binding = state.bind(conn, header.client);
     let Ok(server_version) = WireName::new(SERVER_VERSION) else {
         return wire::deny(header, 0, codes::ERROR);

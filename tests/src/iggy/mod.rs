@@ -1,4 +1,5 @@
-//! Iggy for tests: a stand-in server, a way to use a real server instead, and a small
+//! Iggy for tests: the real server started by the harness ([`IggyProcess`]), a stand-in for
+//! what the real server cannot be made to do, [`IggyServer`] to pick between them, and a small
 //! synchronous admin client.
 //!
 //! [`IggyStandIn`] is a STAND-IN for the Iggy server, not the real server. It is built on the
@@ -9,8 +10,9 @@
 //! streams, topics, 0-based partitions, send, poll (offset / timestamp / first / last / next,
 //! auto-commit, partial batches re-headed), consumer offsets, consumer groups with cooperative
 //! rebalancing, the resync sentinel, heartbeat eviction, and the error codes and empty bodies
-//! the server answers with. Tests run against a real server instead when
-//! `SPILLWAY_TEST_IGGY=host:port` is set (see [`IggyServer::from_env_or_stand_in`]).
+//! the server answers with. Tests use the real server by default (see [`IggyServer::start`]);
+//! the stand-in is for tests that need what the real server cannot be made to do (corrupted
+//! replies, hooks into its state), and for machines without the server binary.
 //!
 //! With [`IggyStandInOpts::tls`] the stand-in serves TLS only, on its one listener, with a
 //! certificate from a CA made for it ([`IggyStandIn::ca_pem`]); setup goes through
@@ -40,6 +42,7 @@ mod admin;
 pub mod codes;
 mod groups;
 mod handlers;
+mod real;
 mod server;
 mod state;
 mod wire;
@@ -51,6 +54,7 @@ use std::time::Duration;
 pub use admin::{
     IggyAdmin, PolledTestBatch, PolledTestMessage, TestConsumer, TestMessage, TestPolling,
 };
+pub use real::{IggyProcess, IggyProcessOpts, server_binary};
 
 use crate::HarnessError;
 use crate::certs::TestCa;
@@ -69,6 +73,7 @@ pub struct IggyStandInOpts {
     eviction_timeout: Duration,
     revocation_timeout: Duration,
     tls: bool,
+    protocol_window: Option<(u32, u32)>,
 }
 
 impl fmt::Debug for IggyStandInOpts {
@@ -86,6 +91,7 @@ impl fmt::Debug for IggyStandInOpts {
             .field("eviction_timeout", &self.eviction_timeout)
             .field("revocation_timeout", &self.revocation_timeout)
             .field("tls", &self.tls)
+            .field("protocol_window", &self.protocol_window)
             .finish()
     }
 }
@@ -98,6 +104,7 @@ impl Default for IggyStandInOpts {
             eviction_timeout: Duration::from_secs(36),
             revocation_timeout: Duration::from_secs(30),
             tls: false,
+            protocol_window: None,
         }
     }
 }
@@ -143,6 +150,15 @@ impl IggyStandInOpts {
     /// [`IggyStandIn::ca_pem`]). [`IggyStandIn::admin`] then connects over TLS too.
     pub fn tls(mut self) -> Self {
         self.tls = true;
+        self
+    }
+
+    /// Accepts only logins whose protocol version (packed `major << 20 | minor << 10 | patch`)
+    /// is within `min..=max`, and evicts the others with `IncompatibleProtocol` carrying that
+    /// window: an Iggy server of another version, which the real 0.9.0-edge.5 server cannot
+    /// be made to be.
+    pub fn protocol_window(mut self, min: u32, max: u32) -> Self {
+        self.protocol_window = Some((min, max));
         self
     }
 }
@@ -201,7 +217,8 @@ impl IggyStandIn {
             })
             .collect();
         let (username, password) = credentials.swap_remove(0);
-        let state = State::new(users, opts.revocation_timeout);
+        let mut state = State::new(users, opts.revocation_timeout);
+        state.protocol_window = opts.protocol_window;
         let (ca_pem, tls) = if opts.tls {
             let ca = TestCa::new("spillway Iggy stand-in CA")?;
             let cert = ca.issue_server_cert(&[DEFAULT_SERVER_NAME, "127.0.0.1"])?;
@@ -262,6 +279,23 @@ impl IggyStandIn {
         self.server.poll_requests()
     }
 
+    /// How many logins succeeded so far (each new connection of a client logs in once).
+    pub fn logins(&self) -> u64 {
+        self.server.logins()
+    }
+
+    /// Answers the next `count` new metadata changes (create, delete, join, leave ...) with
+    /// result 57 `TransientNotCommitted`, applying nothing, as the real server does at times
+    /// under concurrent changes (on demand here, which the real server cannot be made to do).
+    pub fn refuse_transiently(&self, count: u32) {
+        self.server.refuse_transiently(count);
+    }
+
+    /// How many of the refusals asked for by [`IggyStandIn::refuse_transiently`] are left.
+    pub fn transient_refusals_left(&self) -> u32 {
+        self.server.transient_refusals_left()
+    }
+
     /// A logged-in admin client for the first user (over TLS when the stand-in serves TLS).
     pub fn admin(&self) -> Result<IggyAdmin, HarnessError> {
         match self.ca_pem() {
@@ -277,14 +311,22 @@ impl IggyStandIn {
     }
 }
 
-/// Where a test's Iggy lives: the stand-in, or a real server when `SPILLWAY_TEST_IGGY=host:port`
-/// is set (credentials from `SPILLWAY_TEST_IGGY_USERNAME` / `SPILLWAY_TEST_IGGY_PASSWORD`,
-/// default `iggy`/`iggy`).
+/// Where a test's Iggy lives. [`IggyServer::start`] picks, in this order:
+///
+/// 1. `SPILLWAY_TEST_IGGY=host:port`: a real server someone else runs ([`IggyServer::External`];
+///    credentials from `SPILLWAY_TEST_IGGY_USERNAME` / `SPILLWAY_TEST_IGGY_PASSWORD`, default
+///    `iggy`/`iggy`);
+/// 2. the real server binary (`SPILLWAY_IGGY_SERVER_BIN`, `../shared/iggy/iggy-server`,
+///    `iggy-server` on `PATH`), started for this test ([`IggyServer::Real`]);
+/// 3. otherwise the stand-in, with a one-line notice per process on standard error; with
+///    `SPILLWAY_REQUIRE_REAL_IGGY=1` (CI sets it) a missing server is an error instead.
 pub enum IggyServer {
-    /// The stand-in, started for this test.
+    /// The real server, started by the harness for this test.
+    Real(IggyProcess),
+    /// The stand-in (not the real server), started for this test.
     StandIn(IggyStandIn),
     /// A real server someone else runs.
-    Real {
+    External {
         /// Its address.
         addr: SocketAddr,
         /// The user to log in as.
@@ -298,9 +340,10 @@ pub enum IggyServer {
 impl std::fmt::Debug for IggyServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            IggyServer::Real(p) => f.debug_tuple("Real").field(p).finish(),
             IggyServer::StandIn(s) => f.debug_tuple("StandIn").field(s).finish(),
-            IggyServer::Real { addr, username, .. } => f
-                .debug_struct("Real")
+            IggyServer::External { addr, username, .. } => f
+                .debug_struct("External")
                 .field("addr", addr)
                 .field("username", username)
                 .field("password", &"<redacted>")
@@ -309,22 +352,72 @@ impl std::fmt::Debug for IggyServer {
     }
 }
 
+/// Whether `SPILLWAY_REQUIRE_REAL_IGGY` asks for the real server (set and not `0`/empty).
+pub fn real_iggy_required() -> bool {
+    std::env::var("SPILLWAY_REQUIRE_REAL_IGGY")
+        .map(|v| !v.is_empty() && v != "0")
+        .unwrap_or(false)
+}
+
 impl IggyServer {
-    /// The real server named by `SPILLWAY_TEST_IGGY`, or a fresh stand-in when it is unset
-    /// or empty.
-    pub fn from_env_or_stand_in() -> Result<Self, HarnessError> {
-        let target = std::env::var("SPILLWAY_TEST_IGGY").unwrap_or_default();
-        Self::at_or_stand_in(&target, "SPILLWAY_TEST_IGGY")
+    /// The server for a test, as the [type docs](IggyServer) say: external, real, or the
+    /// stand-in.
+    pub fn start() -> Result<Self, HarnessError> {
+        Self::start_with(IggyProcessOpts::new())
     }
 
-    /// The real server at `target` (`host:port`; `what` names where it came from in errors),
-    /// or a fresh stand-in when `target` is empty. Credentials as for
-    /// [`IggyServer::from_env_or_stand_in`].
-    pub fn at_or_stand_in(target: &str, what: &str) -> Result<Self, HarnessError> {
-        let target = target.trim();
-        if target.is_empty() {
-            return IggyStandIn::start().map(IggyServer::StandIn);
+    /// As [`IggyServer::start`], with options for a real server the harness starts (a TLS
+    /// real server falls back to a TLS stand-in; an external server ignores them).
+    pub fn start_with(opts: IggyProcessOpts) -> Result<Self, HarnessError> {
+        let target = std::env::var("SPILLWAY_TEST_IGGY").unwrap_or_default();
+        if !target.trim().is_empty() {
+            return Self::external(&target, "SPILLWAY_TEST_IGGY");
         }
+        Self::real_or_stand_in(opts)
+    }
+
+    /// The real server, started by the harness, or the stand-in where there is none (an error
+    /// under `SPILLWAY_REQUIRE_REAL_IGGY=1`).
+    pub fn real_or_stand_in(opts: IggyProcessOpts) -> Result<Self, HarnessError> {
+        match real::server_binary()? {
+            Some(binary) => IggyProcess::start_binary(&binary, opts).map(IggyServer::Real),
+            None if real_iggy_required() => Err(HarnessError::InvalidOption(format!(
+                "SPILLWAY_REQUIRE_REAL_IGGY is set but no Iggy server binary was found \
+                 (SPILLWAY_IGGY_SERVER_BIN, {}, iggy-server on PATH)",
+                real::shared_binary().display()
+            ))),
+            None => {
+                static NOTICE: std::sync::Once = std::sync::Once::new();
+                NOTICE.call_once(|| {
+                    eprintln!(
+                        "spillway-tests: no Iggy server binary (SPILLWAY_IGGY_SERVER_BIN, {}, \
+                         iggy-server on PATH): Iggy tests run against the harness's stand-in, \
+                         not the real server",
+                        real::shared_binary().display()
+                    );
+                });
+                let stand_in = if opts.is_tls() {
+                    IggyStandInOpts::new().tls()
+                } else {
+                    IggyStandInOpts::new()
+                };
+                IggyStandIn::start_with(stand_in).map(IggyServer::StandIn)
+            }
+        }
+    }
+
+    /// The external server at `target` (`host:port`; `what` names where it came from in
+    /// errors), or, when `target` is empty, as [`IggyServer::start`] without
+    /// `SPILLWAY_TEST_IGGY`. Credentials as for [`IggyServer::External`].
+    pub fn at_or_start(target: &str, what: &str) -> Result<Self, HarnessError> {
+        if target.trim().is_empty() {
+            return Self::real_or_stand_in(IggyProcessOpts::new());
+        }
+        Self::external(target, what)
+    }
+
+    fn external(target: &str, what: &str) -> Result<Self, HarnessError> {
+        let target = target.trim();
         let addr = target
             .to_socket_addrs()
             .map_err(|e| HarnessError::InvalidOption(format!("{what}={target}: {e}")))?
@@ -336,7 +429,7 @@ impl IggyServer {
                 .filter(|v| !v.is_empty())
                 .unwrap_or_else(|| default.to_owned())
         };
-        Ok(IggyServer::Real {
+        Ok(IggyServer::External {
             addr,
             username: env_or("SPILLWAY_TEST_IGGY_USERNAME", DEFAULT_CREDENTIALS.0),
             password: env_or("SPILLWAY_TEST_IGGY_PASSWORD", DEFAULT_CREDENTIALS.1),
@@ -346,24 +439,36 @@ impl IggyServer {
     /// The server's address.
     pub fn addr(&self) -> SocketAddr {
         match self {
+            IggyServer::Real(p) => p.addr(),
             IggyServer::StandIn(s) => s.addr(),
-            IggyServer::Real { addr, .. } => *addr,
+            IggyServer::External { addr, .. } => *addr,
         }
     }
 
     /// The user to log in as.
     pub fn username(&self) -> &str {
         match self {
+            IggyServer::Real(p) => p.username(),
             IggyServer::StandIn(s) => s.username(),
-            IggyServer::Real { username, .. } => username,
+            IggyServer::External { username, .. } => username,
         }
     }
 
     /// That user's password.
     pub fn password(&self) -> &str {
         match self {
+            IggyServer::Real(p) => p.password(),
             IggyServer::StandIn(s) => s.password(),
-            IggyServer::Real { password, .. } => password,
+            IggyServer::External { password, .. } => password,
+        }
+    }
+
+    /// The PEM certificate of the CA to trust when the server serves TLS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        match self {
+            IggyServer::Real(p) => p.ca_pem(),
+            IggyServer::StandIn(s) => s.ca_pem(),
+            IggyServer::External { .. } => None,
         }
     }
 
@@ -371,17 +476,52 @@ impl IggyServer {
     pub fn stand_in(&self) -> Option<&IggyStandIn> {
         match self {
             IggyServer::StandIn(s) => Some(s),
-            IggyServer::Real { .. } => None,
+            _ => None,
         }
     }
 
-    /// A logged-in admin client (over TLS to a stand-in that serves TLS).
-    pub fn admin(&self) -> Result<IggyAdmin, HarnessError> {
+    /// The harness-started real server, when this is one (to crash and restart it).
+    pub fn real(&mut self) -> Option<&mut IggyProcess> {
         match self {
-            IggyServer::StandIn(s) => s.admin(),
-            IggyServer::Real { .. } => {
-                IggyAdmin::connect(self.addr(), self.username(), self.password())
+            IggyServer::Real(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Whether this is the real server (started here or external), not the stand-in.
+    pub fn is_real(&self) -> bool {
+        !matches!(self, IggyServer::StandIn(_))
+    }
+
+    /// What this is, in one phrase for reports and logs.
+    pub fn describe(&self) -> String {
+        match self {
+            IggyServer::Real(p) => format!(
+                "the real Iggy server ({}) at {}, started by the harness",
+                p.binary().display(),
+                p.addr()
+            ),
+            IggyServer::StandIn(s) => {
+                format!(
+                    "the harness's Iggy stand-in (not the real server) at {}",
+                    s.addr()
+                )
             }
+            IggyServer::External { addr, .. } => format!("the external Iggy server at {addr}"),
+        }
+    }
+
+    /// A logged-in admin client (over TLS when the server serves TLS).
+    pub fn admin(&self) -> Result<IggyAdmin, HarnessError> {
+        match self.ca_pem() {
+            None => IggyAdmin::connect(self.addr(), self.username(), self.password()),
+            Some(ca_pem) => IggyAdmin::connect_tls(
+                self.addr(),
+                ca_pem,
+                DEFAULT_SERVER_NAME,
+                self.username(),
+                self.password(),
+            ),
         }
     }
 }
@@ -392,7 +532,7 @@ mod debug_tests {
 
     #[test]
     fn passwords_stay_out_of_debug() {
-        let real = IggyServer::Real {
+        let real = IggyServer::External {
             addr: std::net::SocketAddr::from(([127, 0, 0, 1], 8090)),
             username: "u".into(),
             password: "hunter2-secret".into(),

@@ -110,6 +110,18 @@ impl Server {
         lock(&self.shared.state).poll_requests
     }
 
+    pub(crate) fn logins(&self) -> u64 {
+        lock(&self.shared.state).logins
+    }
+
+    pub(crate) fn refuse_transiently(&self, count: u32) {
+        lock(&self.shared.state).transient_refusals = count;
+    }
+
+    pub(crate) fn transient_refusals_left(&self) -> u32 {
+        lock(&self.shared.state).transient_refusals
+    }
+
     /// Closes every client socket at once, then waits (up to 5 s) until their threads have
     /// cleaned up: sessions ended, group members removed and groups rebalanced.
     pub(crate) fn kill_connections(&self) {

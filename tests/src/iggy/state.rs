@@ -483,6 +483,12 @@ pub(crate) struct State {
     pub(crate) stored_offset_requests: u64,
     /// How many PollMessages requests were served (refused ones included).
     pub(crate) poll_requests: u64,
+    /// How many logins succeeded.
+    pub(crate) logins: u64,
+    /// How many of the next new metadata changes to answer with result 57.
+    pub(crate) transient_refusals: u32,
+    /// The protocol window `(min, max)` accepted at login; `None`: the crate's own.
+    pub(crate) protocol_window: Option<(u32, u32)>,
 }
 
 /// Resolution failure of a partition address: the error code naming the level that missed.
@@ -500,6 +506,9 @@ impl State {
             revocation_timeout,
             stored_offset_requests: 0,
             poll_requests: 0,
+            logins: 0,
+            transient_refusals: 0,
+            protocol_window: None,
         }
     }
 

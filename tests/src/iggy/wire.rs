@@ -187,17 +187,19 @@ pub(crate) fn result_rejected(
 
 /// A session-terminal Eviction frame (header only) addressed to `client`.
 pub(crate) fn eviction(client: u128, reason: EvictionReason) -> Vec<u8> {
-    let header = if reason == EvictionReason::IncompatibleProtocol {
-        EvictionHeader::incompatible_protocol(
-            0,
-            0,
-            0,
-            client,
-            iggy_binary_protocol::IGGY_PROTOCOL_VERSION,
-            iggy_binary_protocol::version::IGGY_PROTOCOL_VERSION_MIN,
-        )
-    } else {
-        EvictionHeader::new(0, 0, 0, client, reason)
-    };
+    if reason == EvictionReason::IncompatibleProtocol {
+        return incompatible_protocol(client, None);
+    }
+    bytemuck::bytes_of(&EvictionHeader::new(0, 0, 0, client, reason)).to_vec()
+}
+
+/// The eviction for a login whose protocol version is outside `window` (`(min, max)`; the
+/// crate's own when `None`), carrying that window as the server does.
+pub(crate) fn incompatible_protocol(client: u128, window: Option<(u32, u32)>) -> Vec<u8> {
+    let (min, max) = window.unwrap_or((
+        iggy_binary_protocol::version::IGGY_PROTOCOL_VERSION_MIN,
+        iggy_binary_protocol::IGGY_PROTOCOL_VERSION,
+    ));
+    let header = EvictionHeader::incompatible_protocol(0, 0, 0, client, max, min);
     bytemuck::bytes_of(&header).to_vec()
 }

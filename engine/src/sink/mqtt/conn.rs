@@ -435,6 +435,15 @@ fn connect_packet(ctx: &Ctx, link: &Link, clean: bool) -> Result<Connect, Connec
         message: format!("{what}: {e}"),
     };
     let id = fill(&cfg.client_id);
+    if !cfg.clean_start && !link.tried.get() && cfg.client_id.contains("{pid}") {
+        warn!(
+            sink = %ctx.sink,
+            conn = link.index,
+            "clean_start = false with {{pid}} in mqtt.client_id: the id changes with every \
+             restart, so the broker's session cannot be resumed after one; set a client id \
+             without {{pid}} (e.g. \"spillway-{{host}}-{{sink}}-{{shard}}-{{conn}}\", one process per host)"
+        );
+    }
     if protocol == Protocol::V311 && !link.tried.get() && !portable_v311_id(&id) {
         warn!(
             sink = %ctx.sink,

@@ -1,0 +1,259 @@
+//! End to end, the Iggy source against the real Iggy server (started by the harness; the stand-in
+//! only where a test says why): where partitions start (`start = "latest"` / `"earliest"`, for
+//! explicit partitions and for consumer groups), many engines joining one group at once, a
+//! transient refusal (result 57) answered by sending the request again rather than reconnecting,
+//! and a server that does not accept this protocol version.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::{Engine, Topic, by_partition, config, lines, send, stored, topic, wait_until};
+use iggy_binary_protocol::version::pack_protocol_version;
+use spillway_tests::{IggyAdmin, IggyServer, IggyStandIn, IggyStandInOpts, TestConsumer};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn group_stored(admin: &mut IggyAdmin, t: &Topic, group: &str, partition: u32) -> Option<u64> {
+    admin
+        .stored_offset(
+            &TestConsumer::Group(group.to_owned()),
+            &t.stream,
+            &t.topic,
+            partition,
+        )
+        .unwrap()
+}
+
+/// 20 messages already in each of 2 partitions, the engine started with `start`, then 10 more:
+/// returns the offsets the file sink got per partition.
+fn run_start_case(iggy: &IggyServer, group: bool, start: &str) -> Vec<BTreeSet<u64>> {
+    let t = topic(iggy, &format!("start-{start}-{group}"), 2);
+    let mut admin = iggy.admin().unwrap();
+    for p in 0..2 {
+        send(&mut admin, &t, p, "before", 0, 20);
+    }
+    let source = if group {
+        admin
+            .create_consumer_group(&t.stream, &t.topic, "readers")
+            .unwrap();
+        "consumer_group = \"readers\""
+    } else {
+        "partitions = [0, 1]"
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let extra = format!("start = \"{start}\"\ngroup_sync_interval = \"100ms\"");
+    let cfg = config(iggy, &t, source, &out, &extra, "");
+    let mut engine = Engine::start(dir.path(), "start", &cfg);
+    // Both partitions taken (their start offsets chosen) before the new messages arrive.
+    wait_until("both partitions resumed", LONG, || {
+        engine.log().matches("resuming at offset").count() >= 2
+    });
+    for p in 0..2 {
+        send(&mut admin, &t, p, "after", 20, 10);
+    }
+    wait_until("offset 29 stored on both partitions", LONG, || {
+        (0..2).all(|p| {
+            if group {
+                group_stored(&mut admin, &t, "readers", p) == Some(29)
+            } else {
+                stored(&mut admin, &t, "file-out", p) == Some(29)
+            }
+        })
+    });
+    engine.signal("TERM");
+    let status = engine.wait(Duration::from_secs(20)).expect("exits");
+    assert!(status.success(), "{}", engine.log());
+    let by = by_partition(&lines(&out));
+    (0..2)
+        .map(|p| {
+            by.get(&p)
+                .map(|o| o.iter().copied().collect())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[test]
+fn latest_and_earliest_hold_for_explicit_partitions_and_for_groups() {
+    let iggy = IggyServer::start().unwrap();
+    let all: BTreeSet<u64> = (0..30).collect();
+    let new: BTreeSet<u64> = (20..30).collect();
+    for group in [false, true] {
+        let what = if group {
+            "group"
+        } else {
+            "explicit partitions"
+        };
+        let got = run_start_case(&iggy, group, "latest");
+        assert_eq!(
+            got,
+            vec![new.clone(), new.clone()],
+            "{what}, start = latest: only what came after the start"
+        );
+        let got = run_start_case(&iggy, group, "earliest");
+        assert_eq!(
+            got,
+            vec![all.clone(), all.clone()],
+            "{what}, start = earliest: everything"
+        );
+    }
+}
+
+#[test]
+fn eight_engines_joining_one_group_at_once_deliver_everything_without_reconnecting() {
+    let iggy = IggyServer::start().unwrap();
+    let t = topic(&iggy, "eight", 8);
+    let mut admin = iggy.admin().unwrap();
+    admin
+        .create_consumer_group(&t.stream, &t.topic, "many")
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let extra = "group_sync_interval = \"200ms\"";
+    let outs: Vec<_> = (0..8)
+        .map(|i| dir.path().join(format!("out-{i}.jsonl")))
+        .collect();
+    // Every engine at once (each with a shard per core, so 16 members join together).
+    let mut engines: Vec<Engine> = outs
+        .iter()
+        .enumerate()
+        .map(|(i, out)| {
+            let cfg = config(&iggy, &t, "consumer_group = \"many\"", out, extra, "");
+            Engine::start_with_env(
+                dir.path(),
+                &format!("e{i}"),
+                &cfg,
+                &[("SPILLWAY_LOG", "info,spillway::iggy::conn=debug")],
+            )
+        })
+        .collect();
+    wait_until("every engine has an assignment", LONG, || {
+        engines
+            .iter()
+            .all(|e| e.log().contains("consumer group assignment"))
+    });
+    for p in 0..8 {
+        send(&mut admin, &t, p, "m", 0, 50);
+    }
+    wait_until("offset 49 stored on every partition", LONG, || {
+        (0..8).all(|p| group_stored(&mut admin, &t, "many", p) == Some(49))
+    });
+    let mut all = Vec::new();
+    for out in &outs {
+        all.extend(lines(out));
+    }
+    for (p, offsets) in by_partition(&all) {
+        let set: BTreeSet<u64> = offsets.into_iter().collect();
+        assert_eq!(set, (0..50).collect::<BTreeSet<u64>>(), "partition {p}");
+    }
+    let mut resent = 0;
+    for (i, e) in engines.iter_mut().enumerate() {
+        e.signal("TERM");
+        let status = e.wait(Duration::from_secs(20)).expect("exits");
+        let log = e.log();
+        assert!(status.success(), "engine {i}: {status:?}\n{log}");
+        for storm in ["Iggy unavailable", "lost the Iggy connection"] {
+            assert!(
+                !log.contains(storm),
+                "engine {i} reconnected ({storm:?}) instead of sending the request again:\n{log}"
+            );
+        }
+        resent += log.matches("sending the same request again").count();
+    }
+    eprintln!("requests sent again after a transient refusal, all engines: {resent}");
+}
+
+#[test]
+fn a_join_refused_as_transient_is_sent_again_on_the_same_connection() {
+    // The STAND-IN: the real server answers 57 only at times, under concurrent changes; the
+    // stand-in refuses the next metadata changes on demand, so the retry path always runs.
+    let stand_in = IggyStandIn::start().unwrap();
+    let iggy = IggyServer::StandIn(stand_in);
+    let t = topic(&iggy, "transient", 2);
+    let mut admin = iggy.admin().unwrap();
+    admin
+        .create_consumer_group(&t.stream, &t.topic, "g")
+        .unwrap();
+    let stand_in = iggy.stand_in().unwrap();
+    let logins_before = stand_in.logins();
+    stand_in.refuse_transiently(3);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let cfg = config(&iggy, &t, "consumer_group = \"g\"", &out, "", "")
+        .replace("[runtime]", "[runtime]\ncores = [0]");
+    let mut engine = Engine::start(dir.path(), "transient", &cfg);
+    wait_until("the engine has an assignment", LONG, || {
+        engine.log().contains("consumer group assignment")
+    });
+    assert_eq!(
+        stand_in.transient_refusals_left(),
+        0,
+        "the join was refused"
+    );
+    for p in 0..2 {
+        send(&mut admin, &t, p, "m", 0, 20);
+    }
+    wait_until("offset 19 stored", LONG, || {
+        (0..2).all(|p| group_stored(&mut admin, &t, "g", p) == Some(19))
+    });
+    // One shard, one sink: one connection, logged in once.
+    assert_eq!(
+        stand_in.logins() - logins_before,
+        1,
+        "a transient refusal must not cost a reconnect\n{}",
+        engine.log()
+    );
+    engine.signal("TERM");
+    let status = engine.wait(Duration::from_secs(20)).expect("exits");
+    assert!(status.success(), "{}", engine.log());
+    assert!(
+        !engine.log().contains("Iggy unavailable"),
+        "{}",
+        engine.log()
+    );
+}
+
+#[test]
+fn a_server_that_does_not_accept_our_protocol_ends_the_engine_with_exit_2_and_says_why() {
+    // The STAND-IN: the real 0.9.0-edge.5 server accepts the protocol Spillway speaks; a server
+    // of another Iggy version is what the stand-in plays here (it accepts 0.12.x only).
+    let window = (
+        pack_protocol_version(0, 12, 0),
+        pack_protocol_version(0, 12, 9),
+    );
+    let stand_in =
+        IggyStandIn::start_with(IggyStandInOpts::new().protocol_window(window.0, window.1))
+            .unwrap();
+    let iggy = IggyServer::StandIn(stand_in);
+    let t = Topic {
+        stream: "any".into(),
+        topic: "any".into(),
+        partitions: 1,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let cfg = config(&iggy, &t, "partitions = [0]", &out, "", "");
+    let started = Instant::now();
+    let mut engine = Engine::start(dir.path(), "protocol", &cfg);
+    let status = engine
+        .wait(Duration::from_secs(20))
+        .expect("the engine stops by itself");
+    let log = engine.log();
+    assert_eq!(status.code(), Some(2), "a configuration problem:\n{log}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "no retrying: {log}"
+    );
+    for part in [
+        "this Iggy server does not accept protocol 0.11.0-edge.4",
+        "supports Iggy server 0.9.0-edge.5",
+        "accepts wire versions 0.12.0 to 0.12.9",
+    ] {
+        assert!(log.contains(part), "{part:?} missing from:\n{log}");
+    }
+    assert!(!log.contains("retrying"), "{log}");
+}
