@@ -197,24 +197,52 @@ pub fn set_iggy_target(target: String) {
     let _ = IGGY_TARGET.set(target);
 }
 
-/// The Iggy server the scenarios read from: the real one given by `--iggy HOST:PORT` (or
-/// `SPILLWAY_TEST_IGGY`; credentials from `SPILLWAY_TEST_IGGY_USERNAME` / `_PASSWORD`,
-/// default `iggy`/`iggy`), else the harness's stand-in, started here (a stand-in built on
-/// the real wire format, not the Iggy server: its speed is not Iggy's).
+/// `--iggy stand-in`: the harness's stand-in instead of the real server.
+pub const STAND_IN: &str = "stand-in";
+
+/// The Iggy server a scenario reads from, started for it: by default the real Iggy server
+/// (`../shared/iggy/iggy-server`, or `SPILLWAY_IGGY_SERVER_BIN`) in a fresh data directory,
+/// filled and then measured without a restart in between (a restarted server serves reads
+/// slower, see `../shared/iggy/README.md`); the server at `--iggy HOST:PORT` (or
+/// `SPILLWAY_TEST_IGGY`; credentials from `SPILLWAY_TEST_IGGY_USERNAME` / `_PASSWORD`, default
+/// `iggy`/`iggy`); or, with `--iggy stand-in` (or where no server binary is found), the
+/// harness's stand-in in this process (built on the real wire format, not the Iggy server: its
+/// speed is not Iggy's).
 pub fn iggy() -> Result<spillway_tests::IggyServer, String> {
-    let found = match IGGY_TARGET.get() {
-        Some(t) => spillway_tests::IggyServer::at_or_stand_in(t, "--iggy"),
-        None => spillway_tests::IggyServer::from_env_or_stand_in(),
+    let found = match IGGY_TARGET.get().map(String::as_str) {
+        Some(STAND_IN) => {
+            spillway_tests::IggyStandIn::start().map(spillway_tests::IggyServer::StandIn)
+        }
+        Some(t) => spillway_tests::IggyServer::at_or_start(t, "--iggy"),
+        None => spillway_tests::IggyServer::start(),
     };
     found.map_err(|e| format!("Iggy: {e}"))
 }
 
+/// Which Iggy the scenarios read from, for the machine line of the report.
+pub fn iggy_source() -> String {
+    let external = IGGY_TARGET
+        .get()
+        .cloned()
+        .or_else(|| std::env::var("SPILLWAY_TEST_IGGY").ok())
+        .filter(|t| !t.trim().is_empty());
+    match external.as_deref() {
+        Some(STAND_IN) => "the harness's Iggy stand-in (on request: --iggy stand-in)".to_owned(),
+        Some(t) => format!("the external Iggy server at {t}"),
+        None => match spillway_tests::iggy::server_binary() {
+            Ok(Some(bin)) => format!(
+                "the real Iggy server ({}), a fresh one per scenario run, filled then measured",
+                bin.display()
+            ),
+            Ok(None) => "the harness's Iggy stand-in (no Iggy server binary found)".to_owned(),
+            Err(e) => format!("unknown ({e})"),
+        },
+    }
+}
+
 /// Which Iggy a report row came from, for the text reports.
 pub fn iggy_name(server: &spillway_tests::IggyServer) -> String {
-    match server {
-        spillway_tests::IggyServer::StandIn(_) => "the Iggy stand-in (in the bench process)".into(),
-        spillway_tests::IggyServer::Real { addr, .. } => format!("the Iggy server at {addr}"),
-    }
+    server.describe()
 }
 
 #[cfg(test)]

@@ -53,15 +53,15 @@ scenarios:
            to an s3s-fs the bench starts (signed and unsigned payloads), then 1 GiB to an
            in-process discard endpoint; MB/s and client CPU s/GiB (the peers need the
            default `peers` feature; without it ours alone is measured)
-  engine   the engine end to end on one shard, 100 B messages: the Iggy stand-in (or the
-           server in SPILLWAY_TEST_IGGY) to the file sink, and the generate source to the
+  engine   the engine end to end on one shard, 100 B messages: Iggy (see --iggy) to the
+           file sink, and the generate source to the
            file sink; msgs/s until every offset is stored
   mqtt     the engine's MQTT sink against rumqttc 0.25: 100 B messages, one MQTT 5
            connection, QoS 0/1/2, to a mosquitto the bench starts (with a counting
            subscriber; window 100) and to an in-process discard broker (window 1000);
            msgs/s, publisher CPU µs/msg, mosquitto's CPU share (rumqttc needs the default
            `peers` feature; without it ours alone is measured)
-  s3-sink  the engine's S3 sink end to end: the Iggy stand-in to s3s-fs, 1 KiB messages,
+  s3-sink  the engine's S3 sink end to end: Iggy (see --iggy) to s3s-fs, 1 KiB messages,
            json_lines, 64 MiB objects, 8 MiB parts; uncompressed, gzip and zstd; beside
            the same bytes uploaded by rust-s3 0.38 as 8 MiB PutObjects (needs the default
            `peers` feature) and by spillway-s3 alone; MB/s, CPU s/GiB, s3s-fs's CPU share
@@ -81,9 +81,13 @@ scenarios:
 options:
   --quick     fewer and shorter runs, smaller objects (CI smoke); the JSON is still written
   --iggy H:P  read from the Iggy server at H:P (user/password from SPILLWAY_TEST_IGGY_USERNAME
-              and SPILLWAY_TEST_IGGY_PASSWORD, default iggy/iggy) instead of the harness's
-              stand-in, in every scenario that reads Iggy (engine, s3-sink, pipeline, scaling,
-              latency)
+              and SPILLWAY_TEST_IGGY_PASSWORD, default iggy/iggy) in every scenario that reads
+              Iggy (engine, s3-sink, pipeline, scaling, latency); by default each of them
+              starts the real Iggy server (../shared/iggy/iggy-server or
+              SPILLWAY_IGGY_SERVER_BIN) in a fresh data directory, fills it and measures
+              without a restart in between
+  --iggy stand-in
+              the harness's Iggy stand-in instead (in the bench process; not Iggy's speed)
   --out FILE  where to write the JSON rows (default: target/bench/<scenario>.json under the
               workspace root); with `all`, the directory for every file (default: target/bench)";
 
@@ -184,7 +188,7 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
             },
             "--iggy" => match it.next() {
                 Some(target) if !target.trim().is_empty() => iggy = Some(target.clone()),
-                _ => return Err("--iggy needs HOST:PORT".to_owned()),
+                _ => return Err("--iggy needs HOST:PORT or stand-in".to_owned()),
             },
             s if s.starts_with('-') => return Err(format!("unknown option {s}")),
             s => match (scenario, Scenario::parse(s)) {

@@ -1,7 +1,8 @@
 //! `spillway-bench pipeline`: Iggy -> the engine -> one destination at a time, the whole path
 //! as a user runs it: the `spillway` binary as its own process, one shard, reading a topic of
-//! 4 partitions filled beforehand (the harness's Iggy stand-in, or the server given by
-//! `--iggy HOST:PORT`) with a fresh consumer, and delivering to
+//! 4 partitions filled beforehand (the real Iggy server started for the scenario, the server
+//! given by `--iggy HOST:PORT`, or the stand-in with `--iggy stand-in`) with a fresh consumer,
+//! and delivering to
 //!
 //! - `mosquitto`: MQTT 5, QoS 1, window 1000, with a QoS 0 subscriber counting deliveries;
 //! - `discard_mqtt`: the in-process discard broker (answers every PUBLISH at once);
@@ -15,7 +16,7 @@
 //! `idle_flush`. CPU per message and peak RSS are the engine process's own, from `wait4(2)`
 //! once it has exited: start-up and drain are inside them.
 //!
-//! Every server (the stand-in, mosquitto, s3s-fs, the discard endpoints) shares the machine
+//! Every server (Iggy, mosquitto, s3s-fs, the discard endpoints) shares the machine
 //! with the engine; the report says how many cores there were. No peer: there is no other
 //! Iggy sink to run the same path.
 
@@ -662,7 +663,7 @@ mod tests {
 
     #[test]
     fn every_destination_gets_a_config_the_engine_takes() -> Result<(), String> {
-        let iggy = IggyServer::Real {
+        let iggy = IggyServer::External {
             addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 8090)),
             username: "iggy".into(),
             password: "not-in-the-file".into(),

@@ -24,6 +24,8 @@ pub struct MachineInfo {
     /// 1, 5 and 15 minute load averages when the suite started.
     pub load: [f64; 3],
     pub memory_gib: f64,
+    /// Which Iggy the scenarios read from (see [`crate::harness::iggy_source`]).
+    pub iggy: String,
 }
 
 impl MachineInfo {
@@ -48,6 +50,7 @@ impl MachineInfo {
             kernel: read("/proc/sys/kernel/osrelease").trim().to_owned(),
             load: load_average(&loadavg),
             memory_gib: mem_total_kib(&meminfo) as f64 / (1024.0 * 1024.0),
+            iggy: crate::harness::iggy_source(),
         }
     }
 
@@ -141,6 +144,7 @@ pub fn markdown(machine: &MachineInfo, quick: bool, started: &str, ran: &[Ran]) 
         if quick { " --quick" } else { "" }
     );
     let _ = writeln!(out, "Machine: {}.\n", machine.describe());
+    let _ = writeln!(out, "Iggy: {}.\n", machine.iggy);
     if quick {
         out.push_str(
             "A quick run: one short run per row, for a smoke test. Its figures are not the \
@@ -198,7 +202,7 @@ pub fn json(machine: &MachineInfo, quick: bool, started: &str, ran: &[Ran]) -> S
     let mut out = String::from("{\n  \"machine\": {");
     let _ = writeln!(
         out,
-        "\"cores\": {}, \"online\": {}, \"cpu_model\": {}, \"kernel\": {}, \"memory_gib\": {:.1}, \"load_average\": [{}, {}, {}]}},",
+        "\"cores\": {}, \"online\": {}, \"cpu_model\": {}, \"kernel\": {}, \"memory_gib\": {:.1}, \"load_average\": [{}, {}, {}], \"iggy\": {}}},",
         machine.cores,
         machine.online,
         report::json_str(&machine.cpu_model),
@@ -207,6 +211,7 @@ pub fn json(machine: &MachineInfo, quick: bool, started: &str, ran: &[Ran]) -> S
         report::json_num(machine.load[0]),
         report::json_num(machine.load[1]),
         report::json_num(machine.load[2]),
+        report::json_str(&machine.iggy),
     );
     let _ = writeln!(
         out,
@@ -301,6 +306,7 @@ mod tests {
             kernel: "6.1.0".to_owned(),
             load: [0.5, 0.25, 0.1],
             memory_gib: 24.0,
+            iggy: "the real Iggy server (test)".to_owned(),
         }
     }
 
@@ -338,6 +344,7 @@ mod tests {
         let md = markdown(&machine(), true, "2026-12-01 10:00:00 UTC", &ran());
         assert!(md.contains("2 cores available (2 online), Test CPU, kernel 6.1.0"));
         assert!(md.contains("load average 0.50 0.25 0.10"));
+        assert!(md.contains("Iggy: the real Iggy server (test)."));
         assert!(md.contains("| codec | 3 s | 1 | ok |"));
         assert!(md.contains("| mqtt | 1 s | 0 | failed: mosquitto not found |"));
         assert!(md.contains(
@@ -352,6 +359,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
         assert_eq!(v["machine"]["cores"], 2);
         assert_eq!(v["machine"]["load_average"][1], 0.25);
+        assert_eq!(v["machine"]["iggy"], "the real Iggy server (test)");
         assert_eq!(v["scenarios"][1]["error"], "mosquitto not found");
         assert_eq!(v["rows"].as_array().map(Vec::len), Some(1));
         assert_eq!(v["rows"][0]["suite"], "codec");
