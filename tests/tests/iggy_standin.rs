@@ -111,6 +111,8 @@ fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn login_with_password_or_token_and_bad_credentials_are_evicted() {
+    // The STAND-IN: it is given users and a personal access token at start; the real server
+    // would need them created first.
     let iggy = IggyStandIn::start_with(
         IggyStandInOpts::new()
             .user("alice", "s3cret")
@@ -486,6 +488,8 @@ fn next_and_auto_commit_follow_the_stored_offset() {
 
 #[test]
 fn stored_offsets_round_trip_and_are_counted() {
+    // The STAND-IN: it counts the StoreConsumerOffset requests it serves, which the real
+    // server does not tell.
     let iggy = IggyStandIn::start().unwrap();
     let mut admin = iggy.admin().unwrap();
     let (stream, topic) = topic(&mut admin, 2);
@@ -668,6 +672,7 @@ fn group_join_sync_fence_and_leave() {
 
 #[test]
 fn in_flight_partition_moves_after_the_source_commits() {
+    // The STAND-IN's own handover: its timing is asserted against the stand-in's documented rule.
     let iggy = IggyStandIn::start().unwrap();
     let mut a = iggy.admin().unwrap();
     let mut b = iggy.admin().unwrap();
@@ -715,6 +720,7 @@ fn in_flight_partition_moves_after_the_source_commits() {
 
 #[test]
 fn in_flight_partition_moves_after_the_revocation_timeout() {
+    // The STAND-IN: a revocation timeout of a second, which the real server does not take per test.
     let iggy = IggyStandIn::start_with(
         IggyStandInOpts::new().revocation_timeout(Duration::from_millis(300)),
     )
@@ -747,6 +753,8 @@ fn in_flight_partition_moves_after_the_revocation_timeout() {
 
 #[test]
 fn silent_group_member_is_evicted_and_leaves_its_group() {
+    // The STAND-IN: an eviction timeout of a second (the real server's is 1.2 x its 30 s
+    // heartbeat).
     let iggy = IggyStandIn::start_with(
         IggyStandInOpts::new().eviction_timeout(Duration::from_millis(400)),
     )
@@ -801,6 +809,7 @@ fn silent_group_member_is_evicted_and_leaves_its_group() {
 
 #[test]
 fn killed_connections_leave_their_groups() {
+    // The STAND-IN: it can cut every client connection at once (`kill_connections`).
     let iggy = IggyStandIn::start().unwrap();
     let mut a = iggy.admin().unwrap();
     let mut b = iggy.admin().unwrap();
@@ -826,6 +835,7 @@ fn killed_connections_leave_their_groups() {
 
 #[test]
 fn dropping_the_stand_in_closes_everything() {
+    // The STAND-IN itself: what dropping it does.
     let iggy = IggyStandIn::start().unwrap();
     let addr = iggy.addr();
     let mut admin = iggy.admin().unwrap();
@@ -857,6 +867,7 @@ fn the_default_server_is_the_real_one_when_its_binary_is_here() {
 /// A raw request header round trip: what `IggyAdmin::encode_request` puts on the wire.
 #[test]
 fn requests_carry_the_code_only_when_non_replicated() {
+    // The STAND-IN: it shows the raw request frames it received.
     let iggy = IggyStandIn::start().unwrap();
     let mut admin = iggy.admin().unwrap();
     let read = admin.encode_request(GET_STREAM_CODE, &[]);
@@ -880,6 +891,7 @@ fn requests_carry_the_code_only_when_non_replicated() {
 
 #[test]
 fn a_tls_stand_in_serves_the_protocol_over_tls_with_its_ca() {
+    // The STAND-IN's own TLS listener (TLS to the real server: engine/tests/e2e_tls.rs).
     let iggy = IggyStandIn::start_with(IggyStandInOpts::new().tls()).unwrap();
     let ca_pem = iggy.ca_pem().expect("a TLS stand-in has a CA").to_owned();
     assert!(ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
@@ -935,6 +947,7 @@ fn a_tls_stand_in_serves_the_protocol_over_tls_with_its_ca() {
 
 #[test]
 fn a_tls_stand_in_is_refused_by_a_client_trusting_another_ca_or_name() {
+    // The STAND-IN's own TLS listener (TLS to the real server: engine/tests/e2e_tls.rs).
     let iggy = IggyStandIn::start_with(IggyStandInOpts::new().tls()).unwrap();
     let other_ca = TestCa::new("another CA").unwrap();
     let wrong_ca = IggyAdmin::connect_tls(
