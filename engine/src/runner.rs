@@ -878,12 +878,8 @@ impl Runner {
             part.owned = assigned.contains(&part.info.partition);
         }
         // `start = "latest"` needs the heads of the partitions new to this member.
-        let new: Vec<u32> = assigned
-            .iter()
-            .copied()
-            .filter(|&p| self.slot_of(p).is_none())
-            .collect();
-        let heads = if new.is_empty() || self.cfg.start != StartFrom::Latest {
+        let any_new = assigned.iter().any(|&p| self.slot_of(p).is_none());
+        let heads = if !any_new || self.cfg.start != StartFrom::Latest {
             Vec::new()
         } else {
             let Source::Iggy(src) = &mut self.source else {

@@ -73,7 +73,6 @@ pub struct Connection {
     read: BytesMut,
     write: BytesMut,
     request_timeout: Duration,
-    transient_retries: u64,
 }
 
 impl std::fmt::Debug for Connection {
@@ -136,7 +135,6 @@ impl Connection {
             read: BytesMut::with_capacity(MIN_READ),
             write: BytesMut::with_capacity(4096),
             request_timeout: endpoint.request_timeout,
-            transient_retries: 0,
         })
     }
 
@@ -175,7 +173,6 @@ impl Connection {
                     if is_transient_refusal(status)
                         && std::time::Instant::now() + TRANSIENT_RETRY < deadline =>
                 {
-                    self.transient_retries += 1;
                     tracing::debug!(
                         code,
                         status,
@@ -186,11 +183,6 @@ impl Connection {
                 other => return other,
             }
         }
-    }
-
-    /// How many requests were sent again after a transient refusal (57/58) on this connection.
-    pub fn transient_retries(&self) -> u64 {
-        self.transient_retries
     }
 
     async fn write_all(&mut self, mut data: Bytes) -> Result<(), IggyError> {

@@ -116,8 +116,8 @@ impl fmt::Display for IggyError {
                 }
                 f.write_str(
                     " (Iggy changes its wire protocol between releases: run the supported \
-                     server version, or a Spillway built for yours; see README, Supported \
-                     Iggy versions)",
+                     server version, or a Spillway built for yours; see README.md, Supported \
+                     Iggy server)",
                 )
             }
             IggyError::Malformed(what) => write!(f, "malformed data from Iggy: {what}"),
