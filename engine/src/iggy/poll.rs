@@ -2,7 +2,9 @@
 //! checksum, the batch checksum) before its messages are handed out as slices of the reply.
 
 use bytes::Bytes;
-use iggy_binary_protocol::batch::decode_batch_slice;
+use iggy_binary_protocol::batch::{
+    BATCH_HEADER_SIZE, BATCH_MESSAGE_HEADER_SIZE, decode_batch_slice,
+};
 
 use super::error::IggyError;
 use crate::message::Message;
@@ -10,6 +12,9 @@ use crate::message::Message;
 /// The partition id a consumer-group poll answers with when this member may not poll the
 /// partition (any more): re-sync the assignment.
 pub const RESYNC_SENTINEL: u32 = u32::MAX;
+
+/// Size of the poll reply head: partition id (u32), current offset (u64), message count (u32).
+const HEAD_SIZE: usize = 16;
 
 /// The head of a poll reply (the messages go to the caller's vector).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,21 +40,59 @@ pub fn decode(body: &Bytes, messages: &mut Vec<Message>) -> Result<Option<(u32, 
         return Ok(None);
     }
     let head = body
-        .get(..16)
+        .get(..HEAD_SIZE)
         .ok_or_else(|| IggyError::Malformed(format!("poll reply of {} bytes", body.len())))?;
     let partition = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
     let mut off = [0u8; 8];
     off.copy_from_slice(&head[4..12]);
     let current = u64::from_le_bytes(off);
     let count = u32::from_le_bytes([head[12], head[13], head[14], head[15]]) as usize;
+    // The count is not covered by a checksum: check it against what the reply can hold before
+    // reserving room for it (every message takes at least its 48-byte header, every batch 256).
+    let room = body.len().saturating_sub(HEAD_SIZE + BATCH_HEADER_SIZE) / BATCH_MESSAGE_HEADER_SIZE;
+    if count > room {
+        return Err(IggyError::Malformed(format!(
+            "poll reply head counts {count} messages, but its {} bytes hold at most {room}",
+            body.len()
+        )));
+    }
+    let start = messages.len();
     messages.reserve(count);
-    let mut pos = 16;
+    // Nothing of a reply that fails to decode is kept.
+    if let Err(e) = decode_batches(body, count, messages) {
+        messages.truncate(start);
+        return Err(e);
+    }
+    Ok(Some((partition, current)))
+}
+
+/// Appends the messages of every batch after the head, checked; fails on the first problem
+/// (the caller drops what was appended).
+fn decode_batches(
+    body: &Bytes,
+    count: usize,
+    messages: &mut Vec<Message>,
+) -> Result<(), IggyError> {
+    let start = messages.len();
+    let mut pos = HEAD_SIZE;
     while pos < body.len() {
         let batch = decode_batch_slice(&body[pos..])
             .map_err(|e| IggyError::Malformed(format!("poll reply batch at byte {pos}: {e}")))?;
         let h = batch.header;
         for m in batch.iter() {
-            let offset = h.base_offset + u64::from(m.header.offset_delta);
+            // The engine counts on `offset + 1`: an offset at or past u64::MAX is corruption,
+            // never a wrap.
+            let offset = h
+                .base_offset
+                .checked_add(u64::from(m.header.offset_delta))
+                .filter(|&o| o < u64::MAX)
+                .ok_or_else(|| {
+                    IggyError::Malformed(format!(
+                        "poll reply batch at byte {pos}: base offset {} + delta {} is past the \
+                         largest offset",
+                        h.base_offset, m.header.offset_delta
+                    ))
+                })?;
             messages.push(Message {
                 offset,
                 id: m.header.id,
@@ -65,9 +108,15 @@ pub fn decode(body: &Bytes, messages: &mut Vec<Message>) -> Result<Option<(u32, 
                 },
             });
         }
-        pos += h.total_size();
+        pos = pos.saturating_add(h.total_size());
     }
-    Ok(Some((partition, current)))
+    let decoded = messages.len() - start;
+    if decoded != count {
+        return Err(IggyError::Malformed(format!(
+            "poll reply head counts {count} messages, its batches hold {decoded}"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -133,6 +182,40 @@ mod tests {
         let start = body.as_ptr() as usize;
         let p = out[2].payload.as_ptr() as usize;
         assert!(p > start && p < start + body.len());
+    }
+
+    #[test]
+    fn a_message_count_the_reply_cannot_hold_is_refused_before_anything_is_reserved() {
+        // One batch of one message, with a head that counts u32::MAX messages (the head has no
+        // checksum): before the check this reserved room for 4 billion messages.
+        let body = reply(&[batch(0, &[b"x"])], u32::MAX);
+        let mut out = Vec::new();
+        match decode(&body, &mut out) {
+            Err(IggyError::Malformed(m)) => assert!(m.contains("4294967295"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(out.capacity() < 1024, "reserved {}", out.capacity());
+        // A count that fits the frame but not the batches is refused too, and nothing is kept.
+        let big = [7u8; 100];
+        let body = reply(&[batch(0, &[&big, &big])], 3);
+        let mut out = Vec::new();
+        match decode(&body, &mut out) {
+            Err(IggyError::Malformed(m)) => assert!(m.contains("hold 2"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn an_offset_past_the_largest_is_refused_not_wrapped() {
+        for base in [u64::MAX - 1, u64::MAX] {
+            let body = reply(&[batch(base, &[b"a", b"b"])], 2);
+            let mut out = Vec::new();
+            match decode(&body, &mut out) {
+                Err(IggyError::Malformed(m)) => assert!(m.contains("largest offset"), "{m}"),
+                other => panic!("base {base}: {other:?}"),
+            }
+        }
     }
 
     #[test]
