@@ -1545,6 +1545,135 @@ fn two_engines_of_one_group_on_one_host_share_a_broker_with_the_examples_client_
     }
 }
 
+/// A broker that answers CONNACK and then starts a PUBLISH of 200 MiB. A FAKE broker (a
+/// listener in this test): mosquitto cannot be made to send a client a packet it did not ask
+/// for. Before the limit, the engine's decoder accepted packets up to 256 MiB and buffered this
+/// one whole (the debug engine's RSS passed 200 MiB); now the MQTT 5 CONNECT announces
+/// `max_incoming_packet_size` as its Maximum Packet Size, and on both protocols a larger packet
+/// is refused at its fixed header, the connection dropped, and the log names the key.
+#[test]
+fn a_broker_packet_above_max_incoming_packet_size_is_refused_before_it_is_buffered() {
+    use std::io::{Read, Write};
+    for (version, proto) in [(MqttVersion::V5, "5"), (MqttVersion::V4, "3.1.1")] {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cfg = format!(
+            r#"
+[metrics]
+address = ""
+log_interval = "0s"
+
+[[sink]]
+name = "hostile"
+type = "mqtt"
+source = "generate"
+
+[sink.generate]
+partitions = 1
+rate = 10
+size = 10
+messages = 0
+
+[sink.mqtt]
+address = "{addr}"
+protocol = "{proto}"
+qos = 1
+topic = "hostile"
+reconnect_min = "5s"
+reconnect_max = "5s"
+max_incoming_packet_size = "16KiB"
+"#
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let mut engine = Engine::start(dir.path(), "hostile", &cfg);
+        let (mut sock, _) = listener.accept().unwrap();
+        sock.set_read_timeout(Some(SHORT)).unwrap();
+        // The CONNECT, read whole and decoded by mqttbytes.
+        let mut connect = bytes::BytesMut::new();
+        let mut chunk = [0u8; 4096];
+        let max_packet = loop {
+            let n = sock.read(&mut chunk).unwrap();
+            assert!(n > 0, "the engine closed before CONNECT");
+            connect.extend_from_slice(&chunk[..n]);
+            let mut probe = connect.clone();
+            match version {
+                MqttVersion::V5 => match mqttbytes::v5::read(&mut probe, 1 << 20) {
+                    Ok(mqttbytes::v5::Packet::Connect(c)) => {
+                        break c.properties.and_then(|p| p.max_packet_size);
+                    }
+                    Ok(other) => panic!("expected CONNECT, got {other:?}"),
+                    Err(mqttbytes::Error::InsufficientBytes(_)) => {}
+                    Err(e) => panic!("CONNECT does not decode: {e:?}"),
+                },
+                MqttVersion::V4 => match mqttbytes::v4::read(&mut probe, 1 << 20) {
+                    Ok(mqttbytes::v4::Packet::Connect(_)) => break None,
+                    Ok(other) => panic!("expected CONNECT, got {other:?}"),
+                    Err(mqttbytes::Error::InsufficientBytes(_)) => {}
+                    Err(e) => panic!("CONNECT does not decode: {e:?}"),
+                },
+            }
+        };
+        if version == MqttVersion::V5 {
+            assert_eq!(max_packet, Some(16 * 1024), "CONNECT announces the limit");
+            sock.write_all(&[0x20, 0x03, 0x00, 0x00, 0x00]).unwrap();
+        } else {
+            sock.write_all(&[0x20, 0x02, 0x00, 0x00]).unwrap();
+        }
+        // PUBLISH QoS 0, remaining length 200 MiB (varint), topic "t", then the body in
+        // 1 MiB writes until the engine closes the connection.
+        let remaining: u32 = 200 * 1024 * 1024;
+        let mut head = vec![0x30];
+        let mut x = remaining;
+        loop {
+            let mut byte = (x % 128) as u8;
+            x /= 128;
+            if x > 0 {
+                byte |= 0x80;
+            }
+            head.push(byte);
+            if x == 0 {
+                break;
+            }
+        }
+        head.extend_from_slice(&[0x00, 0x01, b't']);
+        if version == MqttVersion::V5 {
+            head.push(0x00);
+        }
+        sock.write_all(&head).unwrap();
+        let body = vec![b'x'; 1 << 20];
+        let mut sent = 0usize;
+        while sent < remaining as usize {
+            if sock.write_all(&body).is_err() {
+                break;
+            }
+            sent += body.len();
+        }
+        let peak_kib = common::proc_status_kib(engine.pid(), "VmHWM").unwrap_or(0);
+        assert!(
+            sent < 64 << 20,
+            "MQTT {proto}: the engine kept reading {} MiB of one packet (peak RSS {} MiB)",
+            sent >> 20,
+            peak_kib / 1024
+        );
+        assert!(
+            peak_kib < 100 * 1024,
+            "MQTT {proto}: the engine's peak RSS was {} MiB",
+            peak_kib / 1024
+        );
+        common::wait_until("the engine names the limit", LONG, || {
+            engine
+                .log()
+                .contains("more than sink.mqtt.max_incoming_packet_size (16384 bytes)")
+        });
+        assert!(
+            engine.running(),
+            "a hostile broker is not fatal\n{}",
+            engine.log()
+        );
+        engine.signal("KILL");
+    }
+}
+
 /// A stock mosquitto leaves Nagle's algorithm on (`set_tcp_nodelay false`): after the first
 /// PUBACK of a burst it holds the rest until that one is ACKed, and while the window is closed
 /// the engine has no data to carry that ACK, so the kernel delays it (~40 ms). Before the fix

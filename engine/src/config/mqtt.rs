@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
 use super::{PayloadEncoding, Secret};
-use crate::units::Dur;
+use crate::units::{ByteSize, Dur};
 
 /// The MQTT protocol version of a sink's connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -153,6 +153,14 @@ pub struct MqttSinkConfig {
     /// Maximum (MQTT 5) lowers it.
     #[serde(default = "defaults::max_inflight")]
     pub max_inflight: u16,
+    /// The largest packet the sink accepts from the broker, fixed header included. The sink
+    /// only expects CONNACK, acknowledgements, PINGRESP and DISCONNECT, so the default is
+    /// small (64 KiB); over MQTT 5 it is sent in CONNECT as the Maximum Packet Size. A larger
+    /// packet is refused as soon as its fixed header is read, before its body is buffered, and
+    /// the connection is dropped and made again: a broker cannot make the sink hold more than
+    /// this per connection. 128 B to 256 MiB.
+    #[serde(default = "defaults::max_incoming_packet_size")]
+    pub max_incoming_packet_size: ByteSize,
     /// Wake up for acknowledgements in batches: while enough messages are on the wire, a
     /// read completes only once the bytes of a quarter of the window's acknowledgements
     /// (QoS 1; an eighth for QoS 2, whose PUBRELs must not wait long) have arrived
@@ -243,6 +251,11 @@ impl MqttSinkConfig {
         u16::try_from(self.keep_alive.0.as_secs()).unwrap_or(u16::MAX)
     }
 
+    /// [`MqttSinkConfig::max_incoming_packet_size`] as the u32 MQTT carries (validated to fit).
+    pub fn max_incoming_packet(&self) -> u32 {
+        u32::try_from(self.max_incoming_packet_size.0).unwrap_or(u32::MAX)
+    }
+
     /// The session expiry in seconds for CONNECT (`u32::MAX` means never).
     pub fn session_expiry_secs(&self) -> u32 {
         u32::try_from(self.session_expiry.0.as_secs()).unwrap_or(u32::MAX)
@@ -264,6 +277,9 @@ mod defaults {
 
     pub fn connections() -> u16 {
         1
+    }
+    pub fn max_incoming_packet_size() -> ByteSize {
+        ByteSize(64 * 1024)
     }
     pub fn client_id() -> String {
         "spillway-{host}-{pid}-{sink}-{shard}-{conn}".to_owned()

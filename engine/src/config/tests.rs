@@ -166,6 +166,7 @@ fn an_mqtt_sink_loads_with_defaults() {
     assert_eq!(m.connections, 1);
     assert!(m.clean_start);
     assert_eq!(m.client_id, "spillway-{host}-{pid}-{sink}-{shard}-{conn}");
+    assert_eq!(m.max_incoming_packet(), 64 * 1024);
     let c = parse_with(
         &MQTT.replace("topic = ", "protocol = \"3.1.1\"\ntopic = "),
         &[],
@@ -180,8 +181,18 @@ fn an_mqtt_sink_loads_with_defaults() {
 #[test]
 fn mqtt_mistakes_are_named() {
     let with = |extra: &str| MQTT.replace("topic = ", &format!("{extra}\ntopic = "));
-    let cases: [(String, &str, &str); 10] = [
+    let cases: [(String, &str, &str); 12] = [
         (with("protocol = \"4\""), "sink[0].mqtt.protocol", "3.1.1"),
+        (
+            with("max_incoming_packet_size = 64"),
+            "sink[0].mqtt.max_incoming_packet_size",
+            "128 B to 256 MiB",
+        ),
+        (
+            with("max_incoming_packet_size = \"1GiB\""),
+            "sink[0].mqtt.max_incoming_packet_size",
+            "128 B to 256 MiB",
+        ),
         (with("qos = 3"), "sink[0].mqtt.qos", "not 0, 1 or 2"),
         (
             MQTT.replace("{partition}", "{parttion}"),

@@ -310,6 +310,15 @@ fn validate_mqtt(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
             "must contain {conn} when connections > 1: a broker drops the older of two connections with one client id",
         ));
     }
+    if !(128..=256 * 1024 * 1024).contains(&m.max_incoming_packet_size.0) {
+        return Err(problem(
+            key("max_incoming_packet_size"),
+            format!(
+                "{} bytes: must be 128 B to 256 MiB",
+                m.max_incoming_packet_size.0
+            ),
+        ));
+    }
     if m.max_inflight == 0 {
         return Err(problem(key("max_inflight"), "must be 1 to 65535"));
     }

@@ -15,6 +15,7 @@ use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::num::NonZeroU32;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
@@ -28,8 +29,8 @@ use monoio::time::timeout;
 use monoio_rustls::TlsConnector;
 use spillway_codec::session::{Event, Sent, Session, SessionConfig, SessionError};
 use spillway_codec::{
-    Connect, Decoded, Disconnect, MqttStr, Outbound, Protocol, Publish, QoS, ReasonCode, Will,
-    decode,
+    Connect, DecodeError, Decoded, Disconnect, MqttStr, Outbound, Protocol, Publish, QoS,
+    ReasonCode, Will, decode,
 };
 use spillway_s3::transport::IoVecs;
 use tracing::{info, warn};
@@ -183,6 +184,7 @@ impl Link {
         };
         let mut scfg = SessionConfig::new(protocol, cfg.max_inflight);
         scfg.topic_alias_maximum = cfg.topic_aliases;
+        scfg.max_packet_size = cfg.max_incoming_packet();
         let mut out = Outbound::with_capacity(64 * 1024, 256);
         out.set_inline_max(256);
         Link {
@@ -435,15 +437,6 @@ fn connect_packet(ctx: &Ctx, link: &Link, clean: bool) -> Result<Connect, Connec
         message: format!("{what}: {e}"),
     };
     let id = fill(&cfg.client_id);
-    if !cfg.clean_start && !link.tried.get() && cfg.client_id.contains("{pid}") {
-        warn!(
-            sink = %ctx.sink,
-            conn = link.index,
-            "clean_start = false with {{pid}} in mqtt.client_id: the id changes with every \
-             restart, so the broker's session cannot be resumed after one; set a client id \
-             without {{pid}} (e.g. \"spillway-{{host}}-{{sink}}-{{shard}}-{{conn}}\", one process per host)"
-        );
-    }
     if protocol == Protocol::V311 && !link.tried.get() && !portable_v311_id(&id) {
         warn!(
             sink = %ctx.sink,
@@ -471,6 +464,11 @@ fn connect_packet(ctx: &Ctx, link: &Link, clean: bool) -> Result<Connect, Connec
     }
     if protocol == Protocol::V5 && !clean {
         c.properties.session_expiry_interval = Some(cfg.session_expiry_secs());
+    }
+    if protocol == Protocol::V5 {
+        // Tell the broker what the decoder refuses (MQTT 5 §3.1.2.11.4): it must not send a
+        // larger packet (it drops or truncates what would be).
+        c.properties.maximum_packet_size = NonZeroU32::new(cfg.max_incoming_packet());
     }
     if let Some(w) = &cfg.will {
         let topic = MqttStr::from_str(&fill(&w.topic))
@@ -626,11 +624,7 @@ where
                         None => io_err("waiting for CONNACK", e),
                     })?;
             }
-            Err(e) => {
-                return Err(ConnectError::retry(format!(
-                    "malformed packet from the broker: {e}"
-                )));
-            }
+            Err(e) => return Err(ConnectError::retry(inbound_error(&e))),
         }
     };
     let limit_window = link.session.borrow().window_limit();
@@ -813,6 +807,17 @@ fn set_rcvlowat(fd: std::os::fd::RawFd, bytes: usize) {
     }
 }
 
+/// What a packet from the broker that does not decode is called in the log.
+fn inbound_error(e: &DecodeError) -> String {
+    match e {
+        DecodeError::PacketTooLarge { size, max } => format!(
+            "the broker sent a packet of {size} bytes, more than \
+             sink.mqtt.max_incoming_packet_size ({max} bytes); dropping the connection"
+        ),
+        other => format!("malformed packet from the broker: {other}"),
+    }
+}
+
 /// Decodes and handles every whole packet in `buf`; returns how many there were.
 fn process(ctx: &Ctx, link: &Link, buf: &mut BytesMut) -> Result<usize, String> {
     let now = Instant::now();
@@ -873,7 +878,7 @@ fn process(ctx: &Ctx, link: &Link, buf: &mut BytesMut) -> Result<usize, String> 
             }
             Ok(Decoded::Incomplete { .. }) => break,
             Err(e) => {
-                result = Err(format!("malformed packet from the broker: {e}"));
+                result = Err(inbound_error(&e));
                 break;
             }
         }
