@@ -1336,7 +1336,7 @@ fn pipeline_run(
     broker_opts: MosquittoOpts,
     version: MqttVersion,
     qos: u8,
-    max_inflight: u16,
+    max_inflight: Option<u16>,
     count: u64,
 ) -> (spillway_tests::ProxyStats, Option<u16>) {
     let broker = Mosquitto::start(broker_opts).unwrap();
@@ -1359,8 +1359,9 @@ fn pipeline_run(
             "",
             &proxy.host_port(),
             &format!(
-                "protocol = \"{}\"\nqos = {qos}\ntopic = \"pipe\"\nmax_inflight = {max_inflight}",
-                protocol(version)
+                "protocol = \"{}\"\nqos = {qos}\ntopic = \"pipe\"\n{}",
+                protocol(version),
+                max_inflight.map_or(String::new(), |n| format!("max_inflight = {n}"))
             ),
         );
     let dir = tempfile::tempdir().unwrap();
@@ -1394,7 +1395,7 @@ fn pipelining_keeps_far_more_than_100_qos1_messages_in_flight_with_a_large_windo
         MosquittoOpts::new().max_inflight_messages(1000),
         MqttVersion::V5,
         1,
-        1000,
+        Some(1000),
         20_000,
     );
     assert_eq!(receive_maximum, Some(1000));
@@ -1408,7 +1409,7 @@ fn pipelining_keeps_far_more_than_100_qos1_messages_in_flight_with_a_large_windo
 #[test]
 fn pipelining_never_exceeds_the_brokers_receive_maximum_of_20() {
     let (stats, receive_maximum) =
-        pipeline_run(MosquittoOpts::new(), MqttVersion::V5, 1, 1000, 5_000);
+        pipeline_run(MosquittoOpts::new(), MqttVersion::V5, 1, Some(1000), 5_000);
     assert_eq!(receive_maximum, Some(20), "mosquitto's default");
     assert!(
         (2..=20).contains(&stats.max_outstanding),
@@ -1805,7 +1806,7 @@ fn pipelining_qos2_on_mqtt_3_1_1_stays_within_max_inflight() {
         MosquittoOpts::new().max_inflight_messages(100),
         MqttVersion::V4,
         2,
-        50,
+        Some(50),
         5_000,
     );
     assert!(
@@ -1814,6 +1815,21 @@ fn pipelining_qos2_on_mqtt_3_1_1_stays_within_max_inflight() {
         stats.max_outstanding
     );
     assert_eq!(stats.pubcomps, 5_000);
+}
+
+/// The same against a stock mosquitto (`max_inflight_messages` 20) with the engine's default
+/// window. With the old default (1000 on every protocol) 2,000 offsets were confirmed and 40
+/// messages reached the subscriber: mosquitto acknowledged and dropped the rest. Over 3.1.1
+/// with QoS 2 the default window is now 20, and every message arrives.
+#[test]
+fn qos2_on_mqtt_3_1_1_with_the_default_window_loses_nothing_at_a_stock_mosquitto() {
+    let (stats, _) = pipeline_run(MosquittoOpts::new(), MqttVersion::V4, 2, None, 2_000);
+    assert!(
+        (2..=20).contains(&stats.max_outstanding),
+        "QoS 2 messages in flight at most: {} (want 2..=20)",
+        stats.max_outstanding
+    );
+    assert_eq!(stats.pubcomps, 2_000);
 }
 
 // ================================================================ 6. broker loss and crashes

@@ -16,7 +16,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
-pub use mqtt::{Envelope, MqttSinkConfig, MqttVersion, WillConfig, password_env};
+pub use mqtt::{
+    DEFAULT_WINDOW, Envelope, MqttSinkConfig, MqttVersion, V311_QOS2_WINDOW, WillConfig,
+    password_env,
+};
 pub use s3::{Compression, Format, OnShutdown, S3SinkConfig, SseKind};
 pub use secret::Secret;
 

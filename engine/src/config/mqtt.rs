@@ -100,6 +100,12 @@ pub struct WillConfig {
     pub retain: bool,
 }
 
+/// The default packet-id window.
+pub const DEFAULT_WINDOW: u16 = 1000;
+/// The default window over MQTT 3.1.1 when QoS 2 may be used: mosquitto's and VerneMQ's
+/// `max_inflight_messages` default (EMQX holds up to `max_awaiting_rel`, 100, QoS 2 messages).
+pub const V311_QOS2_WINDOW: u16 = 20;
+
 /// `[sink.mqtt]`.
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -150,9 +156,9 @@ pub struct MqttSinkConfig {
     #[serde(default = "defaults::reconnect_max")]
     pub reconnect_max: Dur,
     /// QoS 1/2 messages in flight per connection (packet-id window); the broker's Receive
-    /// Maximum (MQTT 5) lowers it.
-    #[serde(default = "defaults::max_inflight")]
-    pub max_inflight: u16,
+    /// Maximum (MQTT 5) lowers it. Unset: see [`MqttSinkConfig::window`].
+    #[serde(default)]
+    pub max_inflight: Option<u16>,
     /// The largest packet the sink accepts from the broker, fixed header included. The sink
     /// only expects CONNACK, acknowledgements, PINGRESP and DISCONNECT, so the default is
     /// small (64 KiB); over MQTT 5 it is sent in CONNECT as the Maximum Packet Size. A larger
@@ -251,6 +257,23 @@ impl MqttSinkConfig {
         u16::try_from(self.keep_alive.0.as_secs()).unwrap_or(u16::MAX)
     }
 
+    /// Whether this sink can publish at QoS 2 (the default QoS, or a per-message QoS header).
+    pub fn may_use_qos2(&self) -> bool {
+        self.qos == 2 || self.qos_header.is_some()
+    }
+
+    /// The packet-id window: `max_inflight`, or by default 1000, except over MQTT 3.1.1 with
+    /// QoS 2, where it is [`V311_QOS2_WINDOW`]: 3.1.1 has no Receive Maximum, and mosquitto
+    /// (`max_inflight_messages`, 20 by default) acknowledges QoS 2 messages past its limit and
+    /// drops them, so only a window within the broker's limit is safe.
+    pub fn window(&self) -> u16 {
+        match self.max_inflight {
+            Some(n) => n,
+            None if self.protocol == MqttVersion::V311 && self.may_use_qos2() => V311_QOS2_WINDOW,
+            None => DEFAULT_WINDOW,
+        }
+    }
+
     /// [`MqttSinkConfig::max_incoming_packet_size`] as the u32 MQTT carries (validated to fit).
     pub fn max_incoming_packet(&self) -> u32 {
         u32::try_from(self.max_incoming_packet_size.0).unwrap_or(u32::MAX)
@@ -295,9 +318,6 @@ mod defaults {
     }
     pub fn reconnect_max() -> Dur {
         Dur(Duration::from_secs(10))
-    }
-    pub fn max_inflight() -> u16 {
-        1000
     }
     pub fn session_expiry() -> Dur {
         Dur(Duration::from_secs(3600))

@@ -162,7 +162,8 @@ fn an_mqtt_sink_loads_with_defaults() {
         .unwrap_or_else(|| panic!("no [sink.mqtt]"));
     assert_eq!(m.protocol, MqttVersion::V5);
     assert_eq!(m.qos, 1);
-    assert_eq!(m.max_inflight, 1000);
+    assert_eq!(m.max_inflight, None);
+    assert_eq!(m.window(), 1000);
     assert_eq!(m.connections, 1);
     assert!(m.clean_start);
     assert_eq!(m.client_id, "spillway-{host}-{pid}-{sink}-{shard}-{conn}");

@@ -319,7 +319,7 @@ fn validate_mqtt(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
             ),
         ));
     }
-    if m.max_inflight == 0 {
+    if m.max_inflight == Some(0) {
         return Err(problem(key("max_inflight"), "must be 1 to 65535"));
     }
     if m.qos > 2 {

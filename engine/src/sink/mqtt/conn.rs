@@ -182,7 +182,7 @@ impl Link {
             MqttVersion::V311 => Protocol::V311,
             MqttVersion::V5 => Protocol::V5,
         };
-        let mut scfg = SessionConfig::new(protocol, cfg.max_inflight);
+        let mut scfg = SessionConfig::new(protocol, cfg.window());
         scfg.topic_alias_maximum = cfg.topic_aliases;
         scfg.max_packet_size = cfg.max_incoming_packet();
         let mut out = Outbound::with_capacity(64 * 1024, 256);

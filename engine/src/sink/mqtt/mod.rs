@@ -82,16 +82,17 @@ impl MqttSink {
             .collect();
         let keep = config.on_error == ErrorPolicy::DeadLetter;
         if cfg.protocol == crate::config::MqttVersion::V311
-            && (cfg.qos == 2 || cfg.qos_header.is_some())
-            && cfg.max_inflight > 20
+            && cfg.may_use_qos2()
+            && cfg.window() > crate::config::V311_QOS2_WINDOW
         {
             // MQTT 3.1.1 has no Receive Maximum to learn the broker's limit from, and
             // mosquitto answers PUBREC/PUBCOMP for QoS 2 messages past its
-            // max_inflight_messages (20 by default) but drops them (see tuning.md).
+            // max_inflight_messages (20 by default) but drops them (see tuning.md). The
+            // default window is within it; a larger one was asked for.
             warn!(
                 sink = %config.name,
-                "MQTT 3.1.1 with QoS 2 and max_inflight = {}: make sure the broker accepts that many QoS 2 messages in flight per client (mosquitto: max_inflight_messages, 20 by default, silently drops the rest)",
-                cfg.max_inflight
+                "MQTT 3.1.1 with QoS 2 and max_inflight = {}: the broker must accept that many QoS 2 messages in flight from one client, or it loses the rest while acknowledging them (mosquitto and VerneMQ: max_inflight_messages, 20 by default; EMQX: max_awaiting_rel, 100); set the broker's limit to at least this, or lower max_inflight",
+                cfg.window()
             );
         }
         Ok(MqttSink {
