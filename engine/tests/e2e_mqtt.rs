@@ -1675,6 +1675,60 @@ max_incoming_packet_size = "16KiB"
     }
 }
 
+/// A CONNACK limit that refuses every message the sink would send stops the engine at
+/// CONNACK, naming the limit and the key, and commits nothing, even under `on_error = "skip"`.
+/// Before, each message was refused on its own and skipped: mosquitto with `max_qos 0` under a
+/// QoS 1 sink had every offset committed and nothing delivered.
+#[test]
+fn a_connack_limit_that_refuses_every_message_stops_the_engine_and_commits_nothing() {
+    let cases = [
+        (
+            "max_qos 0",
+            "qos = 1",
+            "CONNACK Maximum QoS is 0, below sink.mqtt.qos = 1",
+        ),
+        (
+            "retain_available false",
+            "qos = 1\nretain = true",
+            "CONNACK Retain Available is 0",
+        ),
+    ];
+    for (broker_line, sink_lines, named) in cases {
+        let broker = Mosquitto::start(MosquittoOpts::new().config_line(broker_line)).unwrap();
+        let iggy = iggy();
+        let t = topic(&iggy, "limits", 1);
+        let mut admin = iggy.admin().unwrap();
+        small_batch(&mut admin, &t, "limit", 50);
+        let sub = Subscriber::connect(broker.addr(), SubscriberOpts::v5("limits/#")).unwrap();
+        let cfg = engine_sections(&iggy)
+            + &mqtt_sink(
+                "limits",
+                &t,
+                "partitions = [0]",
+                "on_error = \"skip\"",
+                &broker.host_port(),
+                &format!("protocol = \"5\"\n{sink_lines}\ntopic = \"limits/x\""),
+            );
+        let dir = tempfile::tempdir().unwrap();
+        let mut engine = Engine::start(dir.path(), "limits", &cfg);
+        let status = engine
+            .wait(LONG)
+            .unwrap_or_else(|| panic!("{broker_line}: the engine kept running\n{}", engine.log()));
+        let log = engine.log();
+        assert_eq!(status.code(), Some(1), "{broker_line}: {status:?}\n{log}");
+        assert!(
+            log.contains(named),
+            "{broker_line}: {named:?} missing:\n{log}"
+        );
+        assert_eq!(
+            stored(&mut admin, &t, "limits", 0),
+            None,
+            "{broker_line}: nothing may be committed\n{log}"
+        );
+        assert!(settled(&sub, Duration::from_millis(200)).is_empty());
+    }
+}
+
 /// A stock mosquitto leaves Nagle's algorithm on (`set_tcp_nodelay false`): after the first
 /// PUBACK of a burst it holds the rest until that one is ACKed, and while the window is closed
 /// the engine has no data to carry that ACK, so the kernel delays it (~40 ms). Before the fix

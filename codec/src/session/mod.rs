@@ -342,6 +342,17 @@ impl<T> Session<T> {
         self.on_wire
     }
 
+    /// The highest QoS the broker accepts (CONNACK Maximum QoS; 2 when it sent none).
+    pub fn broker_maximum_qos(&self) -> QoS {
+        self.maximum_qos
+    }
+
+    /// Whether the broker accepts retained messages (CONNACK Retain Available; true when it
+    /// sent none).
+    pub fn broker_retain_available(&self) -> bool {
+        self.retain_available
+    }
+
     /// The current window: `min(configured, broker Receive Maximum)`.
     pub fn window_limit(&self) -> usize {
         self.limit

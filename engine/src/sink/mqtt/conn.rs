@@ -627,6 +627,7 @@ where
             Err(e) => return Err(ConnectError::retry(inbound_error(&e))),
         }
     };
+    refuse_unsendable(cfg, link)?;
     let limit_window = link.session.borrow().window_limit();
     if clear_first {
         // The old session is gone; now the persistent one.
@@ -805,6 +806,40 @@ fn set_rcvlowat(fd: std::os::fd::RawFd, bytes: usize) {
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         );
     }
+}
+
+/// A CONNACK limit that refuses every message this sink would send (its static QoS above the
+/// broker's Maximum QoS, its static retain flag where retain is not available) is a
+/// configuration problem, stopped at CONNACK like a refused CONNECT: sent anyway, each message
+/// would be rejected on its own and, under `on_error = "skip"`, committed undelivered. A limit
+/// only some messages break (a QoS or retain header) goes to `on_error` per message.
+fn refuse_unsendable(cfg: &MqttSinkConfig, link: &Link) -> Result<(), ConnectError> {
+    let (maximum_qos, retain_available) = {
+        let s = link.session.borrow();
+        (s.broker_maximum_qos(), s.broker_retain_available())
+    };
+    let refuse = |why: String| ConnectError {
+        fatal: true,
+        message: format!(
+            "MQTT broker {}: {why}; no message of this sink could be delivered",
+            cfg.address
+        ),
+    };
+    if cfg.qos_header.is_none() && cfg.qos > maximum_qos as u8 {
+        return Err(refuse(format!(
+            "CONNACK Maximum QoS is {}, below sink.mqtt.qos = {}: lower sink.mqtt.qos or allow \
+             QoS {} on the broker",
+            maximum_qos as u8, cfg.qos, cfg.qos
+        )));
+    }
+    if cfg.retain && cfg.retain_header.is_none() && !retain_available {
+        return Err(refuse(
+            "CONNACK Retain Available is 0 (the broker takes no retained messages), but \
+             sink.mqtt.retain = true: set it to false or allow retain on the broker"
+                .to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 /// What a packet from the broker that does not decode is called in the log.
