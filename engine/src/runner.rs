@@ -26,6 +26,7 @@ use crate::message::{Batch, Message, PartitionInfo};
 use crate::metrics::{
     Command, PartitionGauge, Report, SinkCounters, SinkReport, latency_histogram,
 };
+use crate::ratelog::RateLimit;
 use crate::sink::{Ack, Acks, AnySink, Outcome, Sink, SinkError};
 
 /// What the shard's control task tells its runners.
@@ -218,6 +219,11 @@ enum Source {
     Generate(Generator),
 }
 
+/// How often skipped messages are counted in one log line, and how many of each interval are
+/// logged one by one first.
+const SKIP_LOG_INTERVAL: Duration = Duration::from_secs(1);
+const SKIP_LOG_BURST: u32 = 10;
+
 /// What kind of failure ended a runner, for the exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureClass {
@@ -276,6 +282,8 @@ pub struct Runner {
     stream_name: Rc<str>,
     topic_name: Rc<str>,
     next_tick: Instant,
+    /// Skipped messages (`on_error = "skip"`) are logged a few a second, the rest counted.
+    skip_log: RateLimit,
     /// Polled payloads count against the windows and the shard budget until confirmed; false
     /// for a sink that reports the memory it holds itself ([`Sink::buffered`]).
     counts_payloads: bool,
@@ -408,6 +416,7 @@ impl Runner {
             stream_name,
             topic_name,
             next_tick: Instant::now(),
+            skip_log: RateLimit::new(SKIP_LOG_INTERVAL, SKIP_LOG_BURST),
             counts_payloads,
             buffered_in_held: Cell::new(0),
             sink_error: None,
@@ -520,6 +529,21 @@ impl Runner {
         }
         self.apply_reports(true)?;
         self.commit(true).await
+    }
+
+    /// Logs how many skipped messages went unnamed, once their interval is over (at once when
+    /// stopping).
+    fn report_skips(&mut self, now: Instant, stopping: bool) {
+        if let Some(n) = self.skip_log.due(now, stopping) {
+            warn!(
+                sink = %self.cfg.name,
+                skipped = n,
+                "skipped {n} more messages the sink rejected in the last {:?} (on_error = \"skip\"; \
+                 the first {SKIP_LOG_BURST} of each interval are logged one by one; \
+                 spillway_skipped_total counts them all)",
+                self.skip_log.interval()
+            );
+        }
     }
 
     fn generator_done(&self) -> bool {
@@ -1109,6 +1133,8 @@ impl Runner {
     /// Applies the sink's reports to the trackers. With `stopping`, a failure under the `fail`
     /// policy is only logged (the runner is ending anyway).
     fn apply_reports(&mut self, stopping: bool) -> Result<(), Fatal> {
+        let now = Instant::now();
+        self.report_skips(now, stopping);
         let mut reports = std::mem::take(&mut self.reports);
         self.acks.drain_into(&mut reports);
         if reports.is_empty() {
@@ -1147,12 +1173,14 @@ impl Runner {
                         stats.counters.failed += 1;
                         match self.cfg.on_error {
                             ErrorPolicy::Skip => {
-                                warn!(
-                                    sink = %self.cfg.name,
-                                    partition = part.info.partition,
-                                    offset = ack.first,
-                                    "skipping a message the sink rejected: {reason}"
-                                );
+                                if self.skip_log.admit(now) {
+                                    warn!(
+                                        sink = %self.cfg.name,
+                                        partition = part.info.partition,
+                                        offset = ack.first,
+                                        "skipping a message the sink rejected: {reason}"
+                                    );
+                                }
                                 let done = part.tracker.confirm(ack.first, ack.last, t, |_| {});
                                 stats.counters.skipped += done.messages;
                                 part.since_store += done.messages;

@@ -1236,6 +1236,59 @@ fn unroutable_messages_are_skipped_with_their_offsets_logged() {
     }
 }
 
+/// 2,000 unroutable messages under `on_error = "skip"`: the first few of each second are
+/// named one by one, the rest counted in one line a second; every offset is still committed
+/// and counted in `spillway_skipped_total`. Before, each of the 2,000 had its own WARN line.
+#[test]
+fn a_flood_of_skipped_messages_is_logged_a_few_lines_a_second_with_the_count() {
+    let broker = Mosquitto::start_default().unwrap();
+    let iggy = iggy();
+    let t = topic(&iggy, "skip-flood", 1);
+    let mut admin = iggy.admin().unwrap();
+    let n = 2_000u64;
+    // No `dev` header: `okb/{header.dev}` renders for none of them.
+    let batch: Vec<TestMessage> = (0..n)
+        .map(|i| TestMessage::new(u128::from(i) + 1, format!("{i}").into_bytes()))
+        .collect();
+    send_all(&mut admin, &t, 0, &batch);
+    let cfg = engine_sections(&iggy)
+        + &mqtt_sink(
+            "flood",
+            &t,
+            "partitions = [0]",
+            "on_error = \"skip\"",
+            &broker.host_port(),
+            "protocol = \"5\"\nqos = 1\ntopic = \"okb/{header.dev}\"",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "flood", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "flood", n - 1, LONG);
+    stop_clean(&mut engine, SHORT * 3);
+    let log = engine.log();
+    let one_by_one = log.matches("skipping a message the sink rejected").count();
+    let counted: u64 = log
+        .lines()
+        .filter_map(|l| {
+            l.split("skipped ")
+                .nth(1)?
+                .split(" more messages")
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(
+        one_by_one < 200,
+        "{one_by_one} lines for {n} skipped messages: a WARN per message"
+    );
+    assert_eq!(
+        one_by_one as u64 + counted,
+        n,
+        "every skipped message is named or counted\n{}",
+        tail(&log, 20)
+    );
+}
+
 #[test]
 fn unroutable_messages_go_to_the_dead_letter_topic_as_json_on_mqtt_3_1_1() {
     let broker = Mosquitto::start_default().unwrap();
