@@ -27,6 +27,9 @@ pub const EXIT_CONFIG: i32 = 2;
 /// Exit status: stopped by a second signal without waiting for the sinks.
 pub const EXIT_FORCED: i32 = 130;
 
+/// Signals within this long of the first one count as the first (a second signal stops at once).
+pub const SECOND_SIGNAL_AFTER: Duration = Duration::from_secs(1);
+
 /// How long the shards get after a forced stop before the process leaves without them.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
@@ -133,6 +136,7 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
     let mut finished = vec![false; shards.len()];
     let mut status = EXIT_OK;
     let mut seen_signals = 0;
+    let mut first_signal: Option<Instant> = None;
     let mut drain_deadline: Option<Instant> = None;
     let mut hard_deadline: Option<Instant> = None;
     let log_every = config.metrics.log_interval.0;
@@ -152,19 +156,40 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
         let now = Instant::now();
         let signalled = signals.load(Ordering::SeqCst);
         if signalled > seen_signals {
+            let arrived = signalled - seen_signals;
             seen_signals = signalled;
-            if signalled == 1 && drain_deadline.is_none() {
+            let within_grace = || {
+                info!(
+                    "another signal within {SECOND_SIGNAL_AFTER:?} of the first: still draining \
+                     (send one more to stop now)"
+                )
+            };
+            if first_signal.is_none() && drain_deadline.is_none() {
                 let deadline = now + shutdown_timeout;
                 info!(
-                    "signal received: draining (up to {shutdown_timeout:?}); a second signal stops at once"
+                    "signal received: draining (up to {shutdown_timeout:?}); a second signal, \
+                     {SECOND_SIGNAL_AFTER:?} or more after the first, stops at once"
                 );
+                first_signal = Some(now);
                 drain_deadline = Some(deadline);
                 broadcast(&shards, Command::Drain { deadline });
+                if arrived > 1 {
+                    within_grace();
+                }
             } else if hard_deadline.is_none() {
-                warn!("second signal: stopping now (only confirmed offsets are stored)");
-                status = EXIT_FORCED;
-                hard_deadline = Some(now + STOP_GRACE);
-                broadcast(&shards, Command::Stop);
+                match first_signal {
+                    // `timeout` and some supervisors signal the process and its group at once:
+                    // that is one request to stop, not two.
+                    Some(first) if now.duration_since(first) < SECOND_SIGNAL_AFTER => {
+                        within_grace()
+                    }
+                    _ => {
+                        warn!("second signal: stopping now (only confirmed offsets are stored)");
+                        status = EXIT_FORCED;
+                        hard_deadline = Some(now + STOP_GRACE);
+                        broadcast(&shards, Command::Stop);
+                    }
+                }
             }
         }
         if let Some(d) = drain_deadline

@@ -383,6 +383,39 @@ fn shards_are_pinned_to_their_cores() {
     );
 }
 
+/// `timeout` and some supervisors send SIGTERM to the process and to its group, so two arrive
+/// within milliseconds: that is one request to stop, and the engine drains (exit 0). Before,
+/// the second counted as "stop now" and the run ended with 130 without draining.
+#[test]
+fn two_signals_within_a_second_drain_like_one() {
+    let iggy = server();
+    let t = topic(&iggy, "twin", 1);
+    let mut admin = iggy.admin().unwrap();
+    send(&mut admin, &t, 0, "x", 0, 100);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let cfg = config(
+        &iggy,
+        &t,
+        "partitions = [0]",
+        &out,
+        "batch_size = 10",
+        "confirm_delay = \"300ms\"",
+    );
+    let mut engine = Engine::start(dir.path(), "twin", &cfg);
+    wait_until("some confirmations", LONG, || !lines(&out).is_empty());
+    // 50 ms apart: late enough that the kernel does not merge them into one pending signal
+    // (two sent back to back often arrive as one), well within the second of grace.
+    engine.signal("TERM");
+    std::thread::sleep(Duration::from_millis(50));
+    engine.signal("TERM");
+    let status = engine.wait(LONG).expect("exits after the drain");
+    let log = engine.log();
+    assert_eq!(status.code(), Some(0), "a drain, not a forced stop\n{log}");
+    assert!(!log.contains("stopping now"), "{log}");
+    assert!(log.contains("still draining"), "{log}");
+}
+
 #[test]
 fn a_second_signal_stops_at_once_and_stores_only_confirmed_offsets() {
     let iggy = server();
@@ -404,7 +437,8 @@ fn a_second_signal_stops_at_once_and_stores_only_confirmed_offsets() {
     let mut engine = Engine::start(dir.path(), "twice", &cfg);
     wait_until("some confirmations", LONG, || !lines(&out).is_empty());
     engine.signal("TERM");
-    std::thread::sleep(Duration::from_millis(200));
+    // A second signal counts once a second has passed (within it, it is the same request).
+    std::thread::sleep(Duration::from_millis(1200));
     assert!(engine.running(), "the first signal drains");
     let asked = std::time::Instant::now();
     engine.signal("TERM");
