@@ -1,5 +1,6 @@
 //! The `spillway` binary: `spillway run --config F`, `spillway check --config F`.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -57,6 +58,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // A closed stderr (`spillway run ... 2>&1 | head -1`) must not end the engine: the
+        // default reports a failed log write with `eprintln!`, which panics on that same
+        // stderr (exit 101). Lines that cannot be written are dropped.
+        .log_internal_errors(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SPILLWAY_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
@@ -65,12 +70,14 @@ fn main() -> ExitCode {
     match cli.command {
         Cmd::Check { config } => match load(&config) {
             Ok((cfg, map)) => {
-                print!("{}", map.render(&cfg));
-                println!("{}: OK", config.display());
+                // Best effort, like the logs: a closed stdout changes nothing but the output.
+                let mut out = std::io::stdout();
+                let _ = write!(out, "{}", map.render(&cfg));
+                let _ = writeln!(out, "{}: OK", config.display());
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                let _ = writeln!(std::io::stderr(), "error: {e}");
                 ExitCode::from(EXIT_CONFIG)
             }
         },
@@ -80,7 +87,7 @@ fn main() -> ExitCode {
                 ExitCode::from(u8::try_from(status).unwrap_or(1))
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                let _ = writeln!(std::io::stderr(), "error: {e}");
                 ExitCode::from(EXIT_CONFIG)
             }
         },

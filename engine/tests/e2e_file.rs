@@ -383,6 +383,68 @@ fn shards_are_pinned_to_their_cores() {
     );
 }
 
+/// `spillway run ... 2>&1 | head -1`: once the reader of stderr is gone, every log write fails
+/// with EPIPE. Before, the logger reported that with `eprintln!` on the same stderr, which
+/// panicked: exit 101 mid-run. Now lines that cannot be written are dropped and the run ends
+/// as documented (0 here: the generate source's messages all delivered). No Iggy needed.
+#[test]
+fn a_closed_stderr_does_not_end_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let cfg = format!(
+        r#"
+[metrics]
+address = ""
+log_interval = "100ms"
+
+[[sink]]
+name = "pipe"
+type = "file"
+source = "generate"
+
+[sink.file]
+path = "{}"
+
+[sink.generate]
+partitions = 2
+rate = 5000
+size = 10
+messages = 5000
+"#,
+        out.display()
+    );
+    let path = dir.path().join("pipe.toml");
+    std::fs::write(&path, cfg).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .arg("run")
+        .arg("--config")
+        .arg(&path)
+        .env("SPILLWAY_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read the first line, then close the pipe, as `head -1` does.
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut first).unwrap();
+    drop(stderr);
+    let deadline = std::time::Instant::now() + LONG;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the engine did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "first line: {first}");
+    assert_eq!(lines(&out).len(), 5000, "every message delivered");
+}
+
 /// `timeout` and some supervisors send SIGTERM to the process and to its group, so two arrive
 /// within milliseconds: that is one request to stop, and the engine drains (exit 0). Before,
 /// the second counted as "stop now" and the run ended with 130 without draining.
