@@ -1599,6 +1599,36 @@ fn two_engines_of_one_group_on_one_host_share_a_broker_with_the_examples_client_
     }
 }
 
+/// An engine config without Iggy: the generate source (one partition, `rate` messages a
+/// second of 10 bytes, no end) to an MQTT sink `name` at `addr`, QoS 1, topic `name`, with the
+/// extra `[sink.mqtt]` lines `mqtt`. For the tests' fake brokers.
+fn generate_to_broker(name: &str, addr: std::net::SocketAddr, rate: u32, mqtt: &str) -> String {
+    format!(
+        r#"
+[metrics]
+address = ""
+log_interval = "0s"
+
+[[sink]]
+name = "{name}"
+type = "mqtt"
+source = "generate"
+
+[sink.generate]
+partitions = 1
+rate = {rate}
+size = 10
+messages = 0
+
+[sink.mqtt]
+address = "{addr}"
+qos = 1
+topic = "{name}"
+{mqtt}
+"#
+    )
+}
+
 /// A broker that answers CONNACK and then starts a PUBLISH of 200 MiB. A FAKE broker (a
 /// listener in this test): mosquitto cannot be made to send a client a packet it did not ask
 /// for. Before the limit, the engine's decoder accepted packets up to 256 MiB and buffered this
@@ -1611,32 +1641,14 @@ fn a_broker_packet_above_max_incoming_packet_size_is_refused_before_it_is_buffer
     for (version, proto) in [(MqttVersion::V5, "5"), (MqttVersion::V4, "3.1.1")] {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let cfg = format!(
-            r#"
-[metrics]
-address = ""
-log_interval = "0s"
-
-[[sink]]
-name = "hostile"
-type = "mqtt"
-source = "generate"
-
-[sink.generate]
-partitions = 1
-rate = 10
-size = 10
-messages = 0
-
-[sink.mqtt]
-address = "{addr}"
-protocol = "{proto}"
-qos = 1
-topic = "hostile"
-reconnect_min = "5s"
-reconnect_max = "5s"
-max_incoming_packet_size = "16KiB"
-"#
+        let cfg = generate_to_broker(
+            "hostile",
+            addr,
+            10,
+            &format!(
+                "protocol = \"{proto}\"\nreconnect_min = \"5s\"\nreconnect_max = \"5s\"\n\
+                 max_incoming_packet_size = \"16KiB\""
+            ),
         );
         let dir = tempfile::tempdir().unwrap();
         let mut engine = Engine::start(dir.path(), "hostile", &cfg);
@@ -1780,6 +1792,57 @@ fn a_connack_limit_that_refuses_every_message_stops_the_engine_and_commits_nothi
         );
         assert!(settled(&sub, Duration::from_millis(200)).is_empty());
     }
+}
+
+/// A broker that answers CONNACK and then breaks every connection at once (here: closes it). A
+/// FAKE broker (a listener in this test): mosquitto cannot be made to do this. Before, every
+/// CONNACK reset the backoff to `reconnect_min`, so the engine reconnected at that pace for
+/// ever (161 CONNECTs in 12 s seen); now only a connection that lasted 5 s resets it, and the
+/// waits double up to `reconnect_max`.
+#[test]
+fn a_broker_that_breaks_every_connection_after_connack_is_not_hammered() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cfg = generate_to_broker(
+        "flaky",
+        addr,
+        100,
+        "protocol = \"5\"\nreconnect_min = \"50ms\"\nreconnect_max = \"2s\"",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "flaky", &cfg);
+    listener.set_nonblocking(true).unwrap();
+    let started = Instant::now();
+    let mut connects = 0;
+    while started.elapsed() < Duration::from_secs(4) {
+        match listener.accept() {
+            Ok((mut sock, _)) => {
+                sock.set_nonblocking(false).unwrap();
+                sock.set_read_timeout(Some(SHORT)).unwrap();
+                let mut buf = [0u8; 1024];
+                if sock.read(&mut buf).unwrap_or(0) > 0 {
+                    connects += 1;
+                    // CONNACK (MQTT 5, success, no properties), then the connection is gone.
+                    let _ = sock.write_all(&[0x20, 0x03, 0x00, 0x00, 0x00]);
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(engine.running(), "{}", engine.log());
+    engine.signal("KILL");
+    // 50 ms doubling to 2 s (with 0.5-1.5 jitter): at most about 8 attempts in 4 s; at a
+    // steady 50 ms it was over 40.
+    assert!(
+        (2..=12).contains(&connects),
+        "{connects} CONNECTs in 4 s\n{}",
+        tail(&engine.log(), 20)
+    );
 }
 
 /// A stock mosquitto leaves Nagle's algorithm on (`set_tcp_nodelay false`): after the first

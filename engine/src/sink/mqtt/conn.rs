@@ -152,6 +152,8 @@ pub struct Link {
     writer: Cell<Option<Waker>>,
     /// Connected (CONNACK received) right now.
     pub up: Cell<bool>,
+    /// When the current connection got its CONNACK.
+    pub up_since: Cell<Option<Instant>>,
     /// The first connection attempt has an outcome.
     pub tried: Cell<bool>,
     /// Drain: send DISCONNECT once nothing is queued or in flight.
@@ -195,6 +197,7 @@ impl Link {
             qos0: RefCell::new(Vec::new()),
             writer: Cell::new(None),
             up: Cell::new(false),
+            up_since: Cell::new(None),
             tried: Cell::new(false),
             closing: Cell::new(false),
             stop: Cell::new(false),
@@ -273,6 +276,10 @@ fn transient_refusal(protocol: Protocol, code: ReasonCode) -> bool {
     }
 }
 
+/// How long a connection must have lasted after its CONNACK for the reconnect backoff to start
+/// over at `reconnect_min` when it ends.
+const HEALTHY_CONNECTION: Duration = Duration::from_secs(5);
+
 /// Runs connection `link` until it is stopped, closed after a drain, or fails for good.
 pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
     let cfg = &ctx.cfg;
@@ -289,6 +296,10 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
         let clean = first || cfg.clean_start;
         let result = connection(&ctx, &link, clean, clear_first).await;
         let was_up = link.up.replace(false);
+        let lasted = link
+            .up_since
+            .take()
+            .map_or(Duration::ZERO, |since| since.elapsed());
         link.tried.set(true);
         // Everything not confirmed goes again on the next connection (the session keeps
         // QoS 1/2 messages); QoS 0 messages not written are polled again.
@@ -321,7 +332,12 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
         }
         if was_up {
             first = false;
-            backoff = cfg.reconnect_min.0;
+            // Only a connection that held up for a while resets the backoff: a broker that
+            // answers CONNACK and then breaks every connection at once must not be
+            // reconnected to at `reconnect_min` over and over.
+            if lasted >= HEALTHY_CONNECTION {
+                backoff = cfg.reconnect_min.0;
+            }
         }
         if link.closing.get() && link.idle() {
             // Draining and nothing left to send: no reason to come back.
@@ -643,6 +659,7 @@ where
         return Ok(Closed::Cleared);
     }
     link.up.set(true);
+    link.up_since.set(Some(Instant::now()));
     link.tried.set(true);
     info!(
         sink = %ctx.sink,
