@@ -481,6 +481,66 @@ fn keep_alive_pings_when_idle_and_times_out_without_pingresp() {
 }
 
 #[test]
+fn with_keep_alive_off_a_silent_broker_is_caught_by_the_ack_timeout() {
+    let mut cfg = SessionConfig::new(Protocol::V5, 4);
+    cfg.ack_timeout = Some(Duration::from_secs(3));
+    let mut h = Harness::with_config(cfg);
+    h.connect(0);
+    h.connack(ConnAck::new(false, ReasonCode::SUCCESS)).unwrap();
+    h.drain();
+    let t0 = h.now;
+    // Nothing on the wire: no deadline at all (keep-alive is off).
+    assert_eq!(h.session.poll_timeout(), None);
+    // A QoS 1 message at t0+1: the broker has until t0+4.
+    let t1 = t0 + Duration::from_secs(1);
+    let id = match h
+        .session
+        .publish(msg("t", QoS::AtLeastOnce, b"a"), 1, &mut h.out, t1)
+    {
+        Ok(Sent::Tracked(id)) => id,
+        other => panic!("{other:?}"),
+    };
+    let b = match h
+        .session
+        .publish(msg("t", QoS::AtLeastOnce, b"b"), 2, &mut h.out, t1)
+    {
+        Ok(Sent::Tracked(id)) => id,
+        other => panic!("{other:?}"),
+    };
+    h.drain();
+    assert_eq!(h.session.poll_timeout(), Some(t1 + Duration::from_secs(3)));
+    // An acknowledgement at t0+3 moves the deadline for what still waits.
+    let t3 = t0 + Duration::from_secs(3);
+    h.session
+        .handle(Packet::PubAck(Ack::new(id)), &mut h.out, t3)
+        .unwrap();
+    assert_eq!(h.session.poll_timeout(), Some(t3 + Duration::from_secs(3)));
+    assert_eq!(
+        h.session
+            .handle_timeout(&mut h.out, t3 + Duration::from_secs(2)),
+        Ok(())
+    );
+    assert_eq!(
+        h.session
+            .handle_timeout(&mut h.out, t3 + Duration::from_secs(3)),
+        Err(SessionError::AckTimeout {
+            on_wire: 1,
+            waited: Duration::from_secs(3)
+        })
+    );
+    // Once everything is acknowledged there is nothing to wait for.
+    h.session
+        .handle(Packet::PubAck(Ack::new(b)), &mut h.out, t3)
+        .unwrap();
+    assert_eq!(h.session.poll_timeout(), None);
+    assert_eq!(
+        h.session
+            .handle_timeout(&mut h.out, t3 + Duration::from_secs(60)),
+        Ok(())
+    );
+}
+
+#[test]
 fn server_keep_alive_overrides_the_requested_one() {
     let mut h = Harness::new(Protocol::V5, 4);
     h.connect(60);

@@ -2519,6 +2519,47 @@ fn sigterm_while_idle_disconnects_every_connection_once_without_reconnecting() {
     );
 }
 
+/// Keep-alive off (`keep_alive = "0s"`): a broker that goes silent with messages in flight is
+/// caught by `ack_timeout`, and the sink delivers on a new connection. Before, nothing noticed:
+/// the window stayed held for as long as the TCP connection lived.
+#[test]
+fn with_keep_alive_off_a_silent_broker_is_caught_by_the_ack_timeout() {
+    let broker = Mosquitto::start_default().unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let proxy = MqttCountProxy::start(broker.addr()).unwrap();
+    let t = topic(&iggy, "acktimeout", 1);
+    let sub = Subscriber::connect(broker.addr(), SubscriberOpts::v5("at/#").qos(1)).unwrap();
+    let cfg = engine_sections(&iggy)
+        + &mqtt_sink(
+            "at",
+            &t,
+            "partitions = [0]",
+            "",
+            &proxy.host_port(),
+            "keep_alive = \"0s\"\nack_timeout = \"1s\"\nreconnect_min = \"100ms\"\nreconnect_max = \"200ms\"\ntopic = \"at/{partition}\"",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "at", &cfg);
+    common::wait_until("connected", LONG, || {
+        engine.log().contains("connected to MQTT broker")
+    });
+    proxy.black_hole(true);
+    small_batch(&mut admin, &t, "at", 5);
+    common::wait_until("the silent broker is noticed", SHORT, || {
+        engine.log().contains("sink.mqtt.ack_timeout")
+    });
+    proxy.black_hole(false);
+    wait_stored(&mut engine, &mut admin, &t, "at", 4, LONG);
+    let got = settled(&sub, Duration::from_millis(300));
+    // At least once: what the dead connection had written may still reach the broker when
+    // the network comes back, beside the new connection's re-sends.
+    let distinct: BTreeSet<String> = got.iter().map(text).collect();
+    let want: BTreeSet<String> = (0..5).map(|n| format!("at-{n}")).collect();
+    assert_eq!(distinct, want, "every message arrived: {got:?}");
+    stop_clean(&mut engine, SHORT * 3);
+}
+
 #[test]
 fn keep_alive_pings_an_idle_broker_and_a_silent_one_is_replaced_by_a_new_connection() {
     let broker = Mosquitto::start_default().unwrap();

@@ -51,6 +51,11 @@ pub struct SessionConfig {
     pub topic_alias_maximum: u16,
     /// The largest packet this client accepts (sent in CONNECT by the caller on MQTT 5).
     pub max_packet_size: u32,
+    /// How long messages may wait on the wire with no packet at all from the broker before
+    /// the connection counts as dead ([`SessionError::AckTimeout`]); `None`: never. Keep-alive
+    /// catches a silent broker only while it is on; this also does with keep-alive 0 (or a
+    /// broker's Server Keep Alive 0).
+    pub ack_timeout: Option<Duration>,
 }
 
 impl SessionConfig {
@@ -60,6 +65,7 @@ impl SessionConfig {
             max_inflight: max_inflight.max(1),
             topic_alias_maximum: 0,
             max_packet_size: MAX_PACKET_SIZE,
+            ack_timeout: None,
         }
     }
 }
@@ -211,6 +217,13 @@ pub enum SessionError {
     },
     /// No PINGRESP within the keep-alive interval.
     KeepAliveTimeout,
+    /// Messages waited on the wire for the configured ack timeout and the broker sent nothing.
+    AckTimeout {
+        /// Messages (and PUBRELs) waiting for an answer.
+        on_wire: usize,
+        /// How long the broker was silent.
+        waited: Duration,
+    },
     /// The broker broke a rule of the protocol.
     ProtocolViolation(&'static str),
     /// A control packet could not be encoded (the broker's Maximum Packet Size is too small).
@@ -245,6 +258,11 @@ impl fmt::Display for SessionError {
                 "protocol violation: {packet} for packet id {packet_id} that is not in flight"
             ),
             SessionError::KeepAliveTimeout => f.write_str("no PINGRESP within the keep-alive"),
+            SessionError::AckTimeout { on_wire, waited } => write!(
+                f,
+                "nothing from the broker for {waited:?} with {on_wire} message(s) waiting for \
+                 acknowledgement (ack timeout)"
+            ),
             SessionError::ProtocolViolation(what) => write!(f, "protocol violation: {what}"),
             SessionError::Encode(e) => write!(f, "cannot encode a control packet: {e}"),
             SessionError::AlreadyConnected => f.write_str("connect called while connected"),
@@ -273,6 +291,10 @@ pub struct Session<T> {
     keep_alive: Option<Duration>,
     last_sent: Option<Instant>,
     ping_sent: Option<Instant>,
+    /// Since when something on the wire waits for the broker with nothing heard from it: set at
+    /// the first send onto an empty wire, moved on by every packet from the broker, cleared when
+    /// nothing is on the wire.
+    unanswered_since: Option<Instant>,
     /// QoS 2 messages from the broker waiting for its PUBREL (bit per packet id).
     inbound_qos2: Vec<u64>,
 }
@@ -306,6 +328,7 @@ impl<T> Session<T> {
             keep_alive: None,
             last_sent: None,
             ping_sent: None,
+            unanswered_since: None,
             inbound_qos2: vec![0; 1024],
         }
     }
@@ -383,7 +406,7 @@ impl<T> Session<T> {
         self.state = State::Connecting;
         self.keep_alive =
             (connect.keep_alive > 0).then(|| Duration::from_secs(u64::from(connect.keep_alive)));
-        self.last_sent = Some(now);
+        self.note_sent(now);
         self.ping_sent = None;
         Ok(())
     }
@@ -393,6 +416,7 @@ impl<T> Session<T> {
     pub fn connection_lost(&mut self) {
         self.state = State::Disconnected;
         self.on_wire = 0;
+        self.unanswered_since = None;
         self.resend.clear();
         for e in self.window.entries_mut() {
             e.on_wire = false;
@@ -446,7 +470,7 @@ impl<T> Session<T> {
                 Ok(()) => {
                     // The message is not kept: its payload moves into the queue.
                     out.push_payload(publish.payload);
-                    self.last_sent = Some(now);
+                    self.note_sent(now);
                     Ok(Sent::AtMostOnce(token))
                 }
                 Err(e) => fail(PublishErrorKind::Encode(e), publish, token),
@@ -473,7 +497,7 @@ impl<T> Session<T> {
         match self.window.insert(publish, token) {
             Ok(id) => {
                 self.on_wire += 1;
-                self.last_sent = Some(now);
+                self.note_sent(now);
                 Ok(Sent::Tracked(id))
             }
             Err((publish, token)) => fail(PublishErrorKind::WindowFull, publish, token),
@@ -505,6 +529,26 @@ impl<T> Session<T> {
 
     /// Processes one packet from the broker. Replies are queued in `out`.
     pub fn handle(
+        &mut self,
+        packet: Packet,
+        out: &mut Outbound,
+        now: Instant,
+    ) -> Result<Option<Event<T>>, SessionError> {
+        let result = self.handle_packet(packet, out, now);
+        // The broker is alive: what still waits, waits from now.
+        self.unanswered_since = (self.on_wire > 0).then_some(now);
+        result
+    }
+
+    /// Records a send at `now` (keep-alive, and the ack timeout's start on an idle wire).
+    fn note_sent(&mut self, now: Instant) {
+        self.last_sent = Some(now);
+        if self.on_wire > 0 && self.unanswered_since.is_none() {
+            self.unanswered_since = Some(now);
+        }
+    }
+
+    fn handle_packet(
         &mut self,
         packet: Packet,
         out: &mut Outbound,
@@ -561,7 +605,7 @@ impl<T> Session<T> {
         packet
             .encode(out.buf(), &opts)
             .map_err(SessionError::Encode)?;
-        self.last_sent = Some(now);
+        self.note_sent(now);
         Ok(())
     }
 
@@ -615,7 +659,7 @@ impl<T> Session<T> {
         self.resend.extend(order);
         self.flush_resend(out, ack.session_present)
             .map_err(SessionError::Encode)?;
-        self.last_sent = Some(now);
+        self.note_sent(now);
         Ok(Event::Connected {
             session_present: ack.session_present,
             resent,
@@ -752,26 +796,47 @@ impl<T> Session<T> {
     pub fn poll_transmit(&mut self, out: &mut Outbound, now: Instant) -> Result<(), SessionError> {
         if self.state == State::Connected && !self.resend.is_empty() {
             self.flush_resend(out, true).map_err(SessionError::Encode)?;
-            self.last_sent = Some(now);
+            self.note_sent(now);
         }
         Ok(())
     }
 
     /// When [`Session::handle_timeout`] must next be called, if ever.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let ka = self.keep_alive?;
         if self.state == State::Disconnected {
             return None;
         }
-        match self.ping_sent {
+        let keep_alive = self.keep_alive.and_then(|ka| match self.ping_sent {
             Some(t) => Some(t + ka),
             None => self.last_sent.map(|t| t + ka),
+        });
+        let ack = self.ack_deadline();
+        match (keep_alive, ack) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
+    }
+
+    /// When the messages on the wire have waited the ack timeout with the broker silent.
+    fn ack_deadline(&self) -> Option<Instant> {
+        let timeout = self.cfg.ack_timeout?;
+        if self.state != State::Connected || self.on_wire == 0 {
+            return None;
+        }
+        self.unanswered_since.map(|t| t + timeout)
     }
 
     /// Keep-alive: queues a PINGREQ when nothing was sent for the keep-alive interval, and
     /// fails when a PINGREQ got no answer within it.
     pub fn handle_timeout(&mut self, out: &mut Outbound, now: Instant) -> Result<(), SessionError> {
+        if let (Some(deadline), Some(waited)) = (self.ack_deadline(), self.cfg.ack_timeout)
+            && now >= deadline
+        {
+            return Err(SessionError::AckTimeout {
+                on_wire: self.on_wire,
+                waited,
+            });
+        }
         let Some(ka) = self.keep_alive else {
             return Ok(());
         };
@@ -814,6 +879,7 @@ impl<T> Session<T> {
         let order = self.window.in_send_order();
         self.resend.clear();
         self.on_wire = 0;
+        self.unanswered_since = None;
         order
             .into_iter()
             .filter_map(|id| self.window.remove(id))

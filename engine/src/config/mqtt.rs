@@ -146,6 +146,12 @@ pub struct MqttSinkConfig {
     /// off.
     #[serde(default = "defaults::keep_alive")]
     pub keep_alive: Dur,
+    /// How long messages may wait for acknowledgement with nothing at all from the broker
+    /// before the connection is given up (and made again, re-sending what was not
+    /// confirmed). It catches a silent broker also with `keep_alive = "0s"` or a broker's
+    /// Server Keep Alive of 0. `"0s"` turns it off.
+    #[serde(default = "defaults::ack_timeout")]
+    pub ack_timeout: Dur,
     /// Time for TCP connect, TLS handshake and CONNACK.
     #[serde(default = "defaults::connect_timeout")]
     pub connect_timeout: Dur,
@@ -300,6 +306,9 @@ mod defaults {
 
     pub fn connections() -> u16 {
         1
+    }
+    pub fn ack_timeout() -> Dur {
+        Dur(Duration::from_secs(30))
     }
     pub fn max_incoming_packet_size() -> ByteSize {
         ByteSize(64 * 1024)

@@ -187,6 +187,7 @@ impl Link {
         let mut scfg = SessionConfig::new(protocol, cfg.window());
         scfg.topic_alias_maximum = cfg.topic_aliases;
         scfg.max_packet_size = cfg.max_incoming_packet();
+        scfg.ack_timeout = (!cfg.ack_timeout.0.is_zero()).then_some(cfg.ack_timeout.0);
         let mut out = Outbound::with_capacity(64 * 1024, 256);
         out.set_inline_max(256);
         Link {
@@ -1047,7 +1048,12 @@ async fn write_loop<W: AsyncWriteRent>(
                     link.session
                         .borrow_mut()
                         .handle_timeout(&mut out, Instant::now())
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| match e {
+                            SessionError::AckTimeout { .. } => {
+                                format!("{e}: sink.mqtt.ack_timeout")
+                            }
+                            other => other.to_string(),
+                        })?;
                 }
             }
         };
