@@ -2519,28 +2519,72 @@ fn sigterm_while_idle_disconnects_every_connection_once_without_reconnecting() {
     );
 }
 
+/// mosquitto behind the count proxy, a topic of one partition, a QoS 1 subscriber on
+/// `{name}/#`, and the engine's sink `name` (topic `{name}/{partition}`, quick reconnects, the
+/// extra `[sink.mqtt]` lines `mqtt`) connected through the proxy.
+struct ProxiedRun {
+    _broker: Mosquitto,
+    iggy: IggyServer,
+    admin: IggyAdmin,
+    proxy: MqttCountProxy,
+    t: Topic,
+    sub: Subscriber,
+    engine: Engine,
+    _dir: tempfile::TempDir,
+}
+
+fn proxied_run(name: &str, mqtt: &str) -> ProxiedRun {
+    let broker = Mosquitto::start_default().unwrap();
+    let iggy = iggy();
+    let admin = iggy.admin().unwrap();
+    let proxy = MqttCountProxy::start(broker.addr()).unwrap();
+    let t = topic(&iggy, name, 1);
+    let sub = Subscriber::connect(
+        broker.addr(),
+        SubscriberOpts::v5(format!("{name}/#")).qos(1),
+    )
+    .unwrap();
+    let cfg = engine_sections(&iggy)
+        + &mqtt_sink(
+            name,
+            &t,
+            "partitions = [0]",
+            "",
+            &proxy.host_port(),
+            &format!(
+                "{mqtt}\nreconnect_min = \"100ms\"\nreconnect_max = \"200ms\"\ntopic = \"{name}/{{partition}}\""
+            ),
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::start(dir.path(), name, &cfg);
+    ProxiedRun {
+        _broker: broker,
+        iggy,
+        admin,
+        proxy,
+        t,
+        sub,
+        engine,
+        _dir: dir,
+    }
+}
+
 /// Keep-alive off (`keep_alive = "0s"`): a broker that goes silent with messages in flight is
 /// caught by `ack_timeout`, and the sink delivers on a new connection. Before, nothing noticed:
 /// the window stayed held for as long as the TCP connection lived.
 #[test]
 fn with_keep_alive_off_a_silent_broker_is_caught_by_the_ack_timeout() {
-    let broker = Mosquitto::start_default().unwrap();
-    let iggy = iggy();
-    let mut admin = iggy.admin().unwrap();
-    let proxy = MqttCountProxy::start(broker.addr()).unwrap();
-    let t = topic(&iggy, "acktimeout", 1);
-    let sub = Subscriber::connect(broker.addr(), SubscriberOpts::v5("at/#").qos(1)).unwrap();
-    let cfg = engine_sections(&iggy)
-        + &mqtt_sink(
-            "at",
-            &t,
-            "partitions = [0]",
-            "",
-            &proxy.host_port(),
-            "keep_alive = \"0s\"\nack_timeout = \"1s\"\nreconnect_min = \"100ms\"\nreconnect_max = \"200ms\"\ntopic = \"at/{partition}\"",
-        );
-    let dir = tempfile::tempdir().unwrap();
-    let mut engine = Engine::start(dir.path(), "at", &cfg);
+    let ProxiedRun {
+        iggy: _iggy,
+        mut admin,
+        proxy,
+        t,
+        sub,
+        mut engine,
+        // Named, so the broker and the engine's directory live to the end of the test.
+        _broker,
+        _dir,
+    } = proxied_run("at", "keep_alive = \"0s\"\nack_timeout = \"1s\"");
     common::wait_until("connected", LONG, || {
         engine.log().contains("connected to MQTT broker")
     });
@@ -2562,23 +2606,17 @@ fn with_keep_alive_off_a_silent_broker_is_caught_by_the_ack_timeout() {
 
 #[test]
 fn keep_alive_pings_an_idle_broker_and_a_silent_one_is_replaced_by_a_new_connection() {
-    let broker = Mosquitto::start_default().unwrap();
-    let iggy = iggy();
-    let mut admin = iggy.admin().unwrap();
-    let proxy = MqttCountProxy::start(broker.addr()).unwrap();
-    let t = topic(&iggy, "keepalive", 1);
-    let sub = Subscriber::connect(broker.addr(), SubscriberOpts::v5("ka/#").qos(1)).unwrap();
-    let cfg = engine_sections(&iggy)
-        + &mqtt_sink(
-            "ka",
-            &t,
-            "partitions = [0]",
-            "",
-            &proxy.host_port(),
-            "keep_alive = \"1s\"\nreconnect_min = \"100ms\"\nreconnect_max = \"200ms\"\ntopic = \"ka/{partition}\"",
-        );
-    let dir = tempfile::tempdir().unwrap();
-    let mut engine = Engine::start(dir.path(), "ka", &cfg);
+    let ProxiedRun {
+        iggy: _iggy,
+        mut admin,
+        proxy,
+        t,
+        sub,
+        mut engine,
+        // Named, so the broker and the engine's directory live to the end of the test.
+        _broker,
+        _dir,
+    } = proxied_run("ka", "keep_alive = \"1s\"");
 
     // Idle: a PINGREQ about every second, each answered, on the one connection.
     let deadline = Instant::now() + LONG;
