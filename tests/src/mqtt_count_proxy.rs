@@ -663,6 +663,13 @@ enum Direction {
     BrokerToClient,
 }
 
+/// Whether `dir` is stopped by [`MqttCountProxy::hold_client_to_broker`] or
+/// [`MqttCountProxy::black_hole`].
+fn paused(shared: &Shared, dir: Direction) -> bool {
+    (dir == Direction::ClientToBroker && shared.hold.load(Ordering::SeqCst))
+        || shared.black_hole.load(Ordering::SeqCst)
+}
+
 /// Copies one direction of a connection, counting every complete packet before forwarding the
 /// bytes that carry it.
 fn pump(
@@ -676,9 +683,7 @@ fn pump(
     let mut framer = MqttFramer::default();
     let mut chunk = vec![0u8; 64 * 1024];
     while !link.closed.load(Ordering::SeqCst) && !shared.stop.load(Ordering::SeqCst) {
-        if (dir == Direction::ClientToBroker && shared.hold.load(Ordering::SeqCst))
-            || shared.black_hole.load(Ordering::SeqCst)
-        {
+        if paused(shared, dir) {
             thread::sleep(Duration::from_millis(5));
             continue;
         }
@@ -697,6 +702,14 @@ fn pump(
             }
             Err(_) => break,
         };
+        // The flags may have been set while the read was waiting: bytes read then are held
+        // until the flag is cleared, as a partitioned network holds them, never forwarded early.
+        while paused(shared, dir)
+            && !link.closed.load(Ordering::SeqCst)
+            && !shared.stop.load(Ordering::SeqCst)
+        {
+            thread::sleep(Duration::from_millis(5));
+        }
         framer.push(&chunk[..n]);
         let counted = {
             let mut counter = shared.counter();
@@ -1141,6 +1154,46 @@ mod tests {
             .unwrap();
         assert_eq!(refused.read(&mut buf).unwrap_or(0), 0, "closed at once");
         assert_eq!(proxy.stats().refused, 1);
+    }
+
+    /// Bytes the client writes the moment the black hole starts (while the proxy's pump is
+    /// already waiting in a read) are held, not forwarded. Before, that read forwarded them, so
+    /// a test that black-holed the broker and then published sometimes got its PUBACK.
+    #[test]
+    fn a_black_hole_holds_what_a_waiting_read_returns() {
+        let listener = TcpListener::bind((LOOPBACK, 0)).unwrap();
+        let proxy = MqttCountProxy::start(listener.local_addr().unwrap()).unwrap();
+        let mut client = TcpStream::connect(proxy.addr()).unwrap();
+        let (mut upstream, _) = listener.accept().unwrap();
+        wait_until(|| proxy.open_connections() == 1);
+        upstream
+            .set_read_timeout(Some(Duration::from_millis(150)))
+            .unwrap();
+        let mut buf = [0u8; 4096];
+        for round in 0..10 {
+            // Let the pump settle into a read before the flag goes on.
+            thread::sleep(Duration::from_millis(7));
+            proxy.black_hole(true);
+            client
+                .write_all(&v4_publish(1, QoS::AtMostOnce, "x"))
+                .unwrap();
+            let early = match upstream.read(&mut buf) {
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    0
+                }
+                Err(e) => panic!("{e}"),
+            };
+            assert_eq!(early, 0, "round {round}: bytes passed the black hole");
+            proxy.black_hole(false);
+            let n = upstream.read(&mut buf).unwrap();
+            assert!(n > 0, "round {round}: released when the black hole ends");
+        }
     }
 
     #[test]
