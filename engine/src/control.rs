@@ -1,19 +1,18 @@
 //! The control thread: starts the shards, turns SIGINT/SIGTERM into drain and stop commands,
 //! merges the shards' reports, serves `/metrics` and logs the progress line.
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_queue::ArrayQueue;
 use tracing::{error, info, warn};
 
 use crate::config::{Config, SourceKind};
 use crate::coremap::CoreMap;
 use crate::iggy::Endpoint;
-use crate::metrics::{Command, Merged, Report};
+use crate::metrics::{Command, Merged, Report, Reports};
+use crate::metrics_http::MetricsServer;
 use crate::runner::FailureClass;
 use crate::shard::{self, ShardHandle};
 
@@ -29,6 +28,10 @@ pub const EXIT_FORCED: i32 = 130;
 
 /// Signals within this long of the first one count as the first (a second signal stops at once).
 pub const SECOND_SIGNAL_AFTER: Duration = Duration::from_secs(1);
+
+/// How often the metrics page is rendered again while reports come in (shards report every
+/// 250 ms).
+const PAGE_INTERVAL: Duration = Duration::from_millis(200);
 
 /// How long the shards get after a forced stop before the process leaves without them.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -88,14 +91,21 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
             return EXIT_FAILED;
         }
     };
+    let names: Vec<String> = config.sinks.iter().map(|s| s.name.clone()).collect();
+    let mut merged = Merged::new(map.shards.len(), names);
+    // Served from its own thread (started after the pinning above, so it shares the control
+    // core): no client of the endpoint can hold up signals, deadlines or fatal reports.
     let metrics = match config.metrics.address.as_str() {
         "" => None,
-        addr => match TcpListener::bind(addr).and_then(|l| l.set_nonblocking(true).map(|()| l)) {
-            Ok(l) => {
-                if let Ok(a) = l.local_addr() {
-                    info!("metrics on http://{a}/metrics");
-                }
-                Some(l)
+        addr => match TcpListener::bind(addr).and_then(|l| {
+            Ok((
+                l.local_addr()?,
+                MetricsServer::start(l, merged.prometheus())?,
+            ))
+        }) {
+            Ok((a, server)) => {
+                info!("metrics on http://{a}/metrics");
+                Some(server)
             }
             Err(e) => {
                 error!("metrics.address {addr}: {e}");
@@ -105,7 +115,7 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
     };
 
     let config = Arc::new(config);
-    let reports = Arc::new(ArrayQueue::new(64 * map.shards.len().max(1)));
+    let reports = Arc::new(Reports::new(map.shards.len()));
     let mut shards: Vec<ShardHandle> = Vec::new();
     for plan in &map.shards {
         match shard::spawn(
@@ -131,8 +141,6 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
         env!("CARGO_PKG_VERSION")
     );
 
-    let names = config.sinks.iter().map(|s| s.name.clone()).collect();
-    let mut merged = Merged::new(shards.len(), names);
     let mut finished = vec![false; shards.len()];
     let mut status = EXIT_OK;
     let mut seen_signals = 0;
@@ -143,6 +151,8 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
     let mut next_log = Instant::now() + log_every;
     let mut last_totals = (Instant::now(), 0u64, 0u64);
     let shutdown_timeout = config.runtime.shutdown_timeout.0;
+    let mut page_stale = false;
+    let mut next_page = Instant::now();
 
     let broadcast = |shards: &[ShardHandle], cmd: Command| {
         for h in shards {
@@ -202,7 +212,10 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
         }
         while let Some(report) = reports.pop() {
             match report {
-                Report::Stats { shard, sinks } => merged.absorb(shard, sinks),
+                Report::Stats { shard, seq, sinks } => {
+                    merged.absorb(shard, seq, sinks);
+                    page_stale = true;
+                }
                 Report::Fatal {
                     shard,
                     message,
@@ -230,8 +243,13 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
                 }
             }
         }
-        if let Some(listener) = &metrics {
-            serve_metrics(listener, &merged);
+        if let Some(server) = &metrics
+            && page_stale
+            && now >= next_page
+        {
+            server.publish(merged.prometheus());
+            page_stale = false;
+            next_page = now + PAGE_INTERVAL;
         }
         if !log_every.is_zero() && now >= next_log {
             next_log = now + log_every;
@@ -299,42 +317,4 @@ fn summary(merged: &Merged) {
             c.messages_in, c.confirmed, c.confirmed_bytes, c.failed, c.skipped, c.redelivered, c.commits
         );
     }
-}
-
-fn serve_metrics(listener: &TcpListener, merged: &Merged) {
-    while let Ok((stream, _)) = listener.accept() {
-        if let Err(e) = answer(stream, merged) {
-            warn!("metrics request: {e}");
-        }
-    }
-}
-
-fn answer(mut stream: TcpStream, merged: &Merged) -> std::io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_millis(500)))?;
-    stream.set_write_timeout(Some(Duration::from_millis(500)))?;
-    let mut buf = [0u8; 4096];
-    let mut len = 0;
-    while len < buf.len() {
-        let n = stream.read(&mut buf[len..])?;
-        if n == 0 {
-            break;
-        }
-        len += n;
-        if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-            break;
-        }
-    }
-    let request = String::from_utf8_lossy(&buf[..len]);
-    let path = request.split_whitespace().nth(1).unwrap_or("");
-    let (status, body) = if path == "/metrics" || path.starts_with("/metrics?") {
-        ("200 OK", merged.prometheus())
-    } else {
-        ("404 Not Found", "try /metrics\n".to_owned())
-    };
-    write!(
-        stream,
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
 }

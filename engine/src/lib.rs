@@ -16,6 +16,7 @@ pub mod iggy;
 pub mod json;
 pub mod message;
 pub mod metrics;
+pub mod metrics_http;
 pub mod ratelog;
 pub mod runner;
 pub mod shard;

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use crossbeam_queue::{ArrayQueue, SegQueue};
 use hdrhistogram::Histogram;
 
 /// Poll-to-confirm latency in microseconds, up to an hour, 3 significant digits.
@@ -104,6 +105,9 @@ pub enum Report {
     Stats {
         /// Shard number.
         shard: usize,
+        /// Counts the shard's reports: the control thread keeps the newest, whichever queue
+        /// brought it first.
+        seq: u64,
         /// One per sink on the shard.
         sinks: Vec<SinkReport>,
     },
@@ -121,6 +125,43 @@ pub enum Report {
         /// Shard number.
         shard: usize,
     },
+}
+
+/// The shards' way up to the control thread: two lock-free queues that never block a shard.
+///
+/// Periodic statistics go into a bounded queue and are dropped when it is full (their counters
+/// are cumulative, so the next report makes good). What must arrive (a fatal error, the final
+/// statistics, the end of a shard) goes into an unbounded queue and is never dropped: there are
+/// at most a few such reports per runner and shard over a whole run, so it stays small.
+#[derive(Debug)]
+pub struct Reports {
+    stats: ArrayQueue<Report>,
+    events: SegQueue<Report>,
+}
+
+impl Reports {
+    /// Queues for `shards` shards.
+    pub fn new(shards: usize) -> Reports {
+        Reports {
+            stats: ArrayQueue::new(64 * shards.max(1)),
+            events: SegQueue::new(),
+        }
+    }
+
+    /// Sends periodic statistics, or drops them if the queue is full; whether they went.
+    pub fn offer(&self, report: Report) -> bool {
+        self.stats.push(report).is_ok()
+    }
+
+    /// Sends a report that must arrive. Never waits, never drops.
+    pub fn deliver(&self, report: Report) {
+        self.events.push(report);
+    }
+
+    /// The next report: statistics first, then what must arrive, each queue in order.
+    pub fn pop(&self) -> Option<Report> {
+        self.stats.pop().or_else(|| self.events.pop())
+    }
 }
 
 /// Commands from the control thread to shards.
@@ -146,6 +187,8 @@ pub struct Merged {
     pub latency: Vec<Histogram<u64>>,
     /// Latency since the last progress line, all sinks.
     pub window: Histogram<u64>,
+    /// The sequence number of each shard's newest report absorbed.
+    seqs: Vec<Option<u64>>,
 }
 
 impl Merged {
@@ -157,18 +200,27 @@ impl Merged {
             latest: vec![Vec::new(); shards],
             latency,
             window: latency_histogram(),
+            seqs: vec![None; shards],
         }
     }
 
-    /// Takes in one stats report.
-    pub fn absorb(&mut self, shard: usize, sinks: Vec<SinkReport>) {
+    /// Takes in one stats report, number `seq` of its shard. The latencies of every report
+    /// count (each holds its own interval's); the counters and gauges of a report older than
+    /// one already absorbed are left out (reports of one shard may arrive out of order, as the
+    /// final one travels by the queue that never drops).
+    pub fn absorb(&mut self, shard: usize, seq: u64, sinks: Vec<SinkReport>) {
         for r in &sinks {
             if let Some(h) = self.latency.get_mut(r.sink) {
                 let _ = h.add(&r.latency);
             }
             let _ = self.window.add(&r.latency);
         }
-        if let Some(slot) = self.latest.get_mut(shard) {
+        let (Some(slot), Some(newest)) = (self.latest.get_mut(shard), self.seqs.get_mut(shard))
+        else {
+            return;
+        };
+        if newest.is_none_or(|n| seq > n) {
+            *newest = Some(seq);
             *slot = sinks;
         }
     }
@@ -407,6 +459,58 @@ fn escape(s: &str) -> String {
 mod tests {
     use super::*;
 
+    fn confirmed(n: u64) -> SinkReport {
+        SinkReport {
+            sink: 0,
+            counters: SinkCounters {
+                confirmed: n,
+                ..SinkCounters::default()
+            },
+            in_flight: 0,
+            in_flight_bytes: 0,
+            partitions: Vec::new(),
+            latency: latency_histogram(),
+        }
+    }
+
+    #[test]
+    fn a_report_that_must_arrive_arrives_when_the_stats_queue_is_full() {
+        let reports = Reports::new(1);
+        let stats = |seq| Report::Stats {
+            shard: 0,
+            seq,
+            sinks: Vec::new(),
+        };
+        let mut offered = 0;
+        while reports.offer(stats(offered)) {
+            offered += 1;
+        }
+        assert!(offered > 0 && !reports.offer(stats(offered)), "full");
+        reports.deliver(Report::Fatal {
+            shard: 0,
+            message: "refused".into(),
+            class: crate::runner::FailureClass::Runtime,
+        });
+        reports.deliver(Report::Finished { shard: 0 });
+        let mut got = Vec::new();
+        while let Some(r) = reports.pop() {
+            got.push(r);
+        }
+        assert_eq!(got.len() as u64, offered + 2);
+        assert!(matches!(got[got.len() - 2], Report::Fatal { .. }));
+        assert!(matches!(got[got.len() - 1], Report::Finished { shard: 0 }));
+    }
+
+    #[test]
+    fn an_older_report_arriving_late_does_not_replace_a_newer_one() {
+        let mut m = Merged::new(1, vec!["s".into()]);
+        m.absorb(0, 5, vec![confirmed(50)]);
+        m.absorb(0, 4, vec![confirmed(40)]);
+        assert_eq!(m.totals()[0].0.confirmed, 50);
+        m.absorb(0, 6, vec![confirmed(60)]);
+        assert_eq!(m.totals()[0].0.confirmed, 60);
+    }
+
     #[test]
     fn renders_prometheus_text() {
         let mut m = Merged::new(2, vec!["a\"b".into()]);
@@ -430,8 +534,8 @@ mod tests {
             }],
             latency: latency.clone(),
         };
-        m.absorb(0, vec![report(5)]);
-        m.absorb(1, vec![report(7)]);
+        m.absorb(0, 1, vec![report(5)]);
+        m.absorb(1, 1, vec![report(7)]);
         let text = m.prometheus();
         assert!(
             text.contains("spillway_confirmed_total{shard=\"1\",sink=\"a\\\"b\"} 7"),

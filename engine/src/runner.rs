@@ -24,7 +24,7 @@ use crate::generate::Generator;
 use crate::iggy::{Credentials, Endpoint, IggyClient, IggyError, PartitionState, wire_ident};
 use crate::message::{Batch, Message, PartitionInfo};
 use crate::metrics::{
-    Command, PartitionGauge, Report, SinkCounters, SinkReport, latency_histogram,
+    Command, PartitionGauge, Report, Reports, SinkCounters, SinkReport, latency_histogram,
 };
 use crate::ratelog::RateLimit;
 use crate::sink::{Ack, Acks, AnySink, Outcome, Sink, SinkError};
@@ -55,10 +55,11 @@ pub struct ShardState {
     /// Commands from the control thread.
     pub commands: Arc<ArrayQueue<Command>>,
     /// Reports to the control thread.
-    pub reports: Arc<ArrayQueue<Report>>,
+    pub reports: Arc<Reports>,
     /// The statistics of each runner, by sink index.
     pub stats: RefCell<Vec<(usize, Rc<RefCell<RunnerStats>>)>>,
     next_report: Cell<Instant>,
+    report_seq: Cell<u64>,
 }
 
 impl std::fmt::Debug for ShardState {
@@ -76,7 +77,7 @@ impl ShardState {
         index: usize,
         budget: u64,
         commands: Arc<ArrayQueue<Command>>,
-        reports: Arc<ArrayQueue<Report>>,
+        reports: Arc<Reports>,
     ) -> ShardState {
         ShardState {
             index,
@@ -87,6 +88,7 @@ impl ShardState {
             reports,
             stats: RefCell::new(Vec::new()),
             next_report: Cell::new(Instant::now()),
+            report_seq: Cell::new(0),
         }
     }
 
@@ -113,16 +115,19 @@ impl ShardState {
                 .iter()
                 .map(|(sink, st)| st.borrow_mut().report(*sink))
                 .collect();
+            let seq = self.report_seq.get() + 1;
+            self.report_seq.set(seq);
             let report = Report::Stats {
                 shard: self.index,
+                seq,
                 sinks,
             };
             if force_report {
-                push_blocking(&self.reports, report);
+                self.reports.deliver(report);
             } else {
                 // Counters are cumulative: a report lost to a full queue is made good by the
                 // next one (only that interval's latency samples are lost).
-                let _ = self.reports.push(report);
+                self.reports.offer(report);
             }
         }
     }
@@ -130,20 +135,6 @@ impl ShardState {
 
 /// How often a shard sends its statistics.
 pub const REPORT_INTERVAL: Duration = Duration::from_millis(250);
-
-/// Pushes a report that must arrive (a fatal error, the end), waiting for room: the control
-/// thread drains the queue every 20 ms.
-pub fn push_blocking(reports: &ArrayQueue<Report>, mut report: Report) {
-    for _ in 0..2000 {
-        match reports.push(report) {
-            Ok(()) => return,
-            Err(back) => {
-                report = back;
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-    }
-}
 
 /// Statistics a runner keeps for the shard's reporter.
 #[derive(Debug)]

@@ -15,8 +15,8 @@ use tracing::{error, info};
 use crate::config::Config;
 use crate::coremap::ShardPlan;
 use crate::iggy::Endpoint;
-use crate::metrics::{Command, Report};
-use crate::runner::{FailureClass, Fatal, Runner, ShardState, push_blocking};
+use crate::metrics::{Command, Report, Reports};
+use crate::runner::{FailureClass, Fatal, Runner, ShardState};
 
 /// The control thread's handle on a shard.
 #[derive(Debug)]
@@ -32,7 +32,7 @@ pub fn spawn(
     plan: ShardPlan,
     config: Arc<Config>,
     endpoint: Option<Endpoint>,
-    reports: Arc<ArrayQueue<Report>>,
+    reports: Arc<Reports>,
 ) -> std::io::Result<ShardHandle> {
     let commands = Arc::new(ArrayQueue::new(16));
     let cmds = Arc::clone(&commands);
@@ -47,19 +47,16 @@ fn shard_thread(
     config: Arc<Config>,
     endpoint: Option<Endpoint>,
     commands: Arc<ArrayQueue<Command>>,
-    reports: Arc<ArrayQueue<Report>>,
+    reports: Arc<Reports>,
 ) {
     let index = plan.index;
     if let Err(e) = monoio::utils::bind_to_cpu_set([plan.core]) {
-        push_blocking(
-            &reports,
-            Report::Fatal {
-                shard: index,
-                message: format!("pinning shard {index} to core {}: {e:?}", plan.core),
-                class: FailureClass::Runtime,
-            },
-        );
-        push_blocking(&reports, Report::Finished { shard: index });
+        reports.deliver(Report::Fatal {
+            shard: index,
+            message: format!("pinning shard {index} to core {}: {e:?}", plan.core),
+            class: FailureClass::Runtime,
+        });
+        reports.deliver(Report::Finished { shard: index });
         return;
     }
     let runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
@@ -68,15 +65,12 @@ fn shard_thread(
     let mut runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
-            push_blocking(
-                &reports,
-                Report::Fatal {
-                    shard: index,
-                    message: format!("starting the runtime of shard {index}: {e}"),
-                    class: FailureClass::Runtime,
-                },
-            );
-            push_blocking(&reports, Report::Finished { shard: index });
+            reports.deliver(Report::Fatal {
+                shard: index,
+                message: format!("starting the runtime of shard {index}: {e}"),
+                class: FailureClass::Runtime,
+            });
+            reports.deliver(Report::Finished { shard: index });
             return;
         }
     };
@@ -87,7 +81,7 @@ fn shard_thread(
         commands,
         Arc::clone(&reports),
     ));
-    push_blocking(&reports, Report::Finished { shard: index });
+    reports.deliver(Report::Finished { shard: index });
 }
 
 async fn shard_main(
@@ -95,7 +89,7 @@ async fn shard_main(
     config: Arc<Config>,
     endpoint: Option<Endpoint>,
     commands: Arc<ArrayQueue<Command>>,
-    reports: Arc<ArrayQueue<Report>>,
+    reports: Arc<Reports>,
 ) {
     let index = plan.index;
     let state = Rc::new(ShardState::new(
@@ -122,28 +116,22 @@ async fn shard_main(
                 monoio::spawn(async move {
                     if let Err(Fatal { message, class }) = runner.run().await {
                         error!(shard = index, "{message}");
-                        push_blocking(
-                            &reports,
-                            Report::Fatal {
-                                shard: index,
-                                message,
-                                class,
-                            },
-                        );
+                        reports.deliver(Report::Fatal {
+                            shard: index,
+                            message,
+                            class,
+                        });
                     }
                     remaining.set(remaining.get() - 1);
                 });
             }
             Err(Fatal { message, class }) => {
                 error!(shard = index, "{message}");
-                push_blocking(
-                    &reports,
-                    Report::Fatal {
-                        shard: index,
-                        message,
-                        class,
-                    },
-                );
+                reports.deliver(Report::Fatal {
+                    shard: index,
+                    message,
+                    class,
+                });
             }
         }
     }
