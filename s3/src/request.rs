@@ -105,6 +105,9 @@ pub struct Request {
     pub body: Body,
     /// Whether the request may be sent again after a failure whose outcome is unknown.
     pub idempotent: bool,
+    /// The longest successful response body this action can legitimately get back (the
+    /// transport's `Limits::max_body_bytes` when `None`); a longer one is refused.
+    pub max_response_body: Option<u64>,
 }
 
 /// Headers whose values are secrets: shown as `<redacted>` by `Debug`.
@@ -124,6 +127,7 @@ impl Request {
             headers: Vec::new(),
             body: Body::empty(),
             idempotent: true,
+            max_response_body: None,
         }
     }
 

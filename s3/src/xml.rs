@@ -143,6 +143,10 @@ pub fn parse_document(body: &[u8]) -> Result<Element, Error> {
 /// and resource come from the `<Error>` document when there is one; the request id and host
 /// id otherwise from the `x-amz-request-id` and `x-amz-id-2` headers. Without a document (a
 /// HEAD, or a proxy's HTML page) the code is `Http{status}` and the message says what came.
+///
+/// The document is read as a stream ([`error_fields`]): no tree is built, each field is kept up
+/// to [`MAX_ERROR_FIELD`] bytes, and a document cut short (the transport reads error bodies only
+/// up to a limit) still gives the fields before the cut.
 pub fn parse_error(resp: &Response) -> S3Error {
     let mut err = S3Error {
         status: resp.status,
@@ -155,10 +159,10 @@ pub fn parse_error(resp: &Response) -> S3Error {
     if resp.body.iter().all(u8::is_ascii_whitespace) {
         return err;
     }
-    match parse_document(&resp.body) {
-        Ok(root) if root.name == "Error" => fill_error(&mut err, &root),
+    match error_fields(&resp.body) {
+        Some(fields) => fill_error(&mut err, fields),
         // Anything else (another document, a proxy's HTML page, plain text): say what came.
-        Ok(_) | Err(_) => {
+        None => {
             err.message = Some(format!(
                 "error response is not an S3 error document: {}",
                 snippet(&resp.body)
@@ -172,37 +176,161 @@ pub fn parse_error(resp: &Response) -> S3Error {
 /// CompleteMultipartUpload with 200 before it knows the outcome, and may then send an error
 /// in the body). `None` when the body is anything else.
 pub fn error_in_success(resp: &Response) -> Option<S3Error> {
-    let root = parse_document(&resp.body).ok()?;
-    if root.name != "Error" {
-        return None;
-    }
-    let mut err = parse_error(resp);
-    // parse_error already filled it from the same document; keep the real status.
-    err.status = resp.status;
+    let fields = error_fields(&resp.body)?;
+    let mut err = S3Error {
+        status: resp.status,
+        code: format!("Http{}", resp.status),
+        message: None,
+        request_id: resp.header("x-amz-request-id").map(str::to_string),
+        host_id: resp.header("x-amz-id-2").map(str::to_string),
+        resource: None,
+    };
+    fill_error(&mut err, fields);
     Some(err)
 }
 
-fn fill_error(err: &mut S3Error, root: &Element) {
-    if let Some(c) = root.child_text_nonempty("Code") {
-        err.code = c.to_string();
+/// The longest value kept of one field of an error document; the rest is cut with `…`.
+pub const MAX_ERROR_FIELD: usize = 1024;
+
+/// What an `<Error>` document says, as read by [`error_fields`].
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ErrorFields {
+    pub code: Option<String>,
+    pub message: Option<String>,
+    pub request_id: Option<String>,
+    pub host_id: Option<String>,
+    pub resource: Option<String>,
+    pub bucket: Option<String>,
+    pub key: Option<String>,
+}
+
+impl ErrorFields {
+    fn slot(&mut self, name: &[u8]) -> Option<&mut Option<String>> {
+        Some(match name {
+            b"Code" => &mut self.code,
+            b"Message" => &mut self.message,
+            b"RequestId" => &mut self.request_id,
+            b"HostId" => &mut self.host_id,
+            b"Resource" => &mut self.resource,
+            b"BucketName" => &mut self.bucket,
+            b"Key" => &mut self.key,
+            _ => return None,
+        })
     }
-    err.message = root.child_text_nonempty("Message").map(str::to_string);
-    if let Some(id) = root.child_text_nonempty("RequestId") {
-        err.request_id = Some(id.to_string());
+}
+
+/// Reads the fields of an `<Error>` document as a stream: `None` when the root element is not
+/// `Error` (or no root comes before the document breaks). Memory stays within the fields kept
+/// (each up to [`MAX_ERROR_FIELD`] bytes) whatever the document holds: other elements are
+/// skipped without being kept, and a document that breaks after its root gives what came
+/// before the break (invalid UTF-8 ends it the same way).
+pub fn error_fields(body: &[u8]) -> Option<ErrorFields> {
+    let text = match std::str::from_utf8(body) {
+        Ok(t) => t,
+        Err(e) => std::str::from_utf8(&body[..e.valid_up_to()]).ok()?,
+    };
+    let mut reader = Reader::from_str(text);
+    reader.config_mut().expand_empty_elements = true;
+    reader.config_mut().check_end_names = true;
+    let mut fields = ErrorFields::default();
+    let mut depth = 0usize;
+    // The field being read: a direct child of the root that `ErrorFields` keeps.
+    let mut current: Option<Vec<u8>> = None;
+    let mut seen_root = false;
+    let push = |fields: &mut ErrorFields, current: &Option<Vec<u8>>, piece: &str| {
+        let Some(slot) = current.as_deref().and_then(|n| fields.slot(n)) else {
+            return;
+        };
+        let value = slot.get_or_insert_with(String::new);
+        if value.len() >= MAX_ERROR_FIELD {
+            return;
+        }
+        let room = MAX_ERROR_FIELD - value.len();
+        if piece.len() <= room {
+            value.push_str(piece);
+        } else {
+            let mut cut = room;
+            while !piece.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            value.push_str(&piece[..cut]);
+            value.push('…');
+        }
+    };
+    while let Ok(event) = reader.read_event() {
+        match event {
+            Event::Start(start) => {
+                depth += 1;
+                match depth {
+                    1 => {
+                        if start.local_name().as_ref() != b"Error" {
+                            return None;
+                        }
+                        seen_root = true;
+                    }
+                    2 => current = Some(start.local_name().as_ref().to_vec()),
+                    _ => {}
+                }
+            }
+            Event::End(_) => {
+                if depth == 2 {
+                    current = None;
+                }
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    break;
+                }
+            }
+            Event::Text(t) if depth == 2 => match t.xml10_content() {
+                Ok(s) => push(&mut fields, &current, &s),
+                Err(_) => break,
+            },
+            Event::CData(t) if depth == 2 => match t.decode() {
+                Ok(s) => push(&mut fields, &current, &s),
+                Err(_) => break,
+            },
+            Event::GeneralRef(r) if depth == 2 => {
+                let c = if r.is_char_ref() {
+                    r.resolve_char_ref().ok().flatten()
+                } else {
+                    match r.decode().ok().as_deref() {
+                        Some("amp") => Some('&'),
+                        Some("lt") => Some('<'),
+                        Some("gt") => Some('>'),
+                        Some("quot") => Some('"'),
+                        Some("apos") => Some('\''),
+                        _ => None,
+                    }
+                };
+                let Some(c) = c else { break };
+                push(&mut fields, &current, c.encode_utf8(&mut [0u8; 4]));
+            }
+            Event::Eof => break,
+            _ => {}
+        }
     }
-    if let Some(id) = root.child_text_nonempty("HostId") {
-        err.host_id = Some(id.to_string());
+    seen_root.then_some(fields)
+}
+
+fn fill_error(err: &mut S3Error, fields: ErrorFields) {
+    let nonempty = |v: Option<String>| v.filter(|t| !t.is_empty());
+    if let Some(c) = nonempty(fields.code) {
+        err.code = c;
     }
-    err.resource = root
-        .child_text_nonempty("Resource")
-        .map(str::to_string)
-        .or_else(|| {
-            let bucket = root.child_text_nonempty("BucketName")?;
-            Some(match root.child_text_nonempty("Key") {
-                Some(k) => format!("{bucket}/{k}"),
-                None => bucket.to_string(),
-            })
-        });
+    err.message = nonempty(fields.message);
+    if let Some(id) = nonempty(fields.request_id) {
+        err.request_id = Some(id);
+    }
+    if let Some(id) = nonempty(fields.host_id) {
+        err.host_id = Some(id);
+    }
+    err.resource = nonempty(fields.resource).or_else(|| {
+        let bucket = nonempty(fields.bucket)?;
+        Some(match nonempty(fields.key) {
+            Some(k) => format!("{bucket}/{k}"),
+            None => bucket,
+        })
+    });
 }
 
 /// The start of a body that is not XML, as printable text, for an error message.

@@ -431,6 +431,67 @@ fn head_larger_than_the_limit_is_refused() {
     assert!(msg.contains("head larger"), "{msg}");
 }
 
+/// An error response announcing 60 MiB: before, the parser asked for the whole announced
+/// length at once (the connection reserved it) and kept it all. Now it asks for no more than
+/// `max_error_body_bytes`, keeps that much and marks the connection unfit for reuse; a
+/// success response of the same size is refused as before.
+#[test]
+fn an_error_body_is_read_only_up_to_the_error_limit() {
+    let limits = Limits::default();
+    let head = b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 62914560\r\n\r\n";
+    let mut parser = ResponseParser::new(Method::Put, limits);
+    let mut buf = BytesMut::from(&head[..]);
+    match parser.parse(&mut buf).unwrap() {
+        Progress::Partial(need) => assert!(
+            need as u64 <= limits.max_error_body_bytes,
+            "asked for {need} bytes"
+        ),
+        Progress::Complete(p) => panic!("complete without a body: {p:?}"),
+    }
+    let doc = b"<Error><Code>InternalError</Code>";
+    buf.extend_from_slice(doc);
+    buf.extend_from_slice(&vec![b'x'; 100 * 1024]);
+    let Progress::Complete(parsed) = parser.parse(&mut buf).unwrap() else {
+        panic!("the first 64 KiB complete it");
+    };
+    assert_eq!(parsed.response.status, 500);
+    assert_eq!(
+        parsed.response.body.len() as u64,
+        limits.max_error_body_bytes
+    );
+    assert!(parsed.response.body.starts_with(doc));
+    assert!(!parsed.keep_alive, "the rest of the body is never read");
+
+    // Delimited by the close of the connection: cut the same way.
+    let mut input = b"HTTP/1.1 403 Forbidden\r\n\r\n".to_vec();
+    input.extend_from_slice(&vec![b'y'; 200 * 1024]);
+    let (parsed, _) = feed_parts(Method::Get, limits, &[&input], true).unwrap();
+    assert_eq!(parsed.response.status, 403);
+    assert_eq!(
+        parsed.response.body.len() as u64,
+        limits.max_error_body_bytes
+    );
+
+    // Chunked beyond the limit: refused, naming the status.
+    let mut input = b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..100 {
+        input.extend_from_slice(b"400\r\n");
+        input.extend_from_slice(&[b'z'; 0x400]);
+        input.extend_from_slice(b"\r\n");
+    }
+    let msg = http_error(feed_parts(Method::Get, limits, &[&input], false));
+    assert!(msg.contains("error response 500"), "{msg}");
+
+    // A success body is bounded by the request's own limit.
+    let mut parser = ResponseParser::new(Method::Put, limits).with_body_limit(Some(1000));
+    let mut buf = BytesMut::from(&b"HTTP/1.1 200 OK\r\nContent-Length: 1001\r\n\r\n"[..]);
+    let msg = match parser.parse(&mut buf) {
+        Err(TransportError::Http(m)) => m,
+        other => panic!("{other:?}"),
+    };
+    assert!(msg.contains("1000"), "{msg}");
+}
+
 #[test]
 fn too_many_headers_is_refused() {
     let limits = Limits {
@@ -525,6 +586,7 @@ fn small_limits() -> Limits {
         max_head_bytes: 2048,
         max_headers: 16,
         max_body_bytes: 4096,
+        max_error_body_bytes: 1024,
     }
 }
 

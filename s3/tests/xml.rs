@@ -270,6 +270,48 @@ fn error_in_a_200_response() {
 // ---------------------------------------------------------------------------------------------
 // Escaping.
 
+/// An error document cut short (the transport keeps only the first 64 KiB of an error body)
+/// still gives the fields before the cut; elements of no interest, however many, are skipped
+/// without being kept; a field is kept up to `MAX_ERROR_FIELD` bytes.
+#[test]
+fn error_fields_are_read_as_a_stream_from_cut_and_padded_documents() {
+    let mut body = b"<Error><Code>InternalError</Code><Message>m &amp; n</Message>".to_vec();
+    body.extend_from_slice(&b"<a/>".repeat(16 * 1024));
+    body.extend_from_slice(b"<RequestId>r1</Req");
+    let e = parse_error(&response(500, &[], Bytes::from(body)));
+    assert_eq!(e.code, "InternalError");
+    assert_eq!(e.message.as_deref(), Some("m & n"));
+
+    let long = "x".repeat(10_000);
+    let body = format!(
+        "<Error><Code>C</Code><Message>{long}</Message><Key>k</Key><BucketName>b</BucketName></Error>"
+    );
+    let fields = xml::error_fields(body.as_bytes()).unwrap();
+    let message = fields.message.unwrap();
+    assert!(
+        message.len() <= xml::MAX_ERROR_FIELD + '…'.len_utf8(),
+        "{}",
+        message.len()
+    );
+    assert!(message.ends_with('…'));
+    assert_eq!(
+        (fields.key.as_deref(), fields.bucket.as_deref()),
+        (Some("k"), Some("b"))
+    );
+
+    // Nested deeper than a field: not taken as the field's text.
+    let fields = xml::error_fields(b"<Error><Code>A<b>B</b>C</Code></Error>").unwrap();
+    assert_eq!(fields.code.as_deref(), Some("AC"));
+    // Another root, or no root: not an error document.
+    assert!(xml::error_fields(b"<InitiateMultipartUploadResult/>").is_none());
+    assert!(xml::error_fields(b"not xml").is_none());
+    // Invalid UTF-8 after the code ends the reading there.
+    let mut body = b"<Error><Code>Denied</Code><Message>ab".to_vec();
+    body.push(0xff);
+    let fields = xml::error_fields(&body).unwrap();
+    assert_eq!(fields.code.as_deref(), Some("Denied"));
+}
+
 #[test]
 fn escape_text_round_trips_odd_text() {
     for s in [

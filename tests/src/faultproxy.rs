@@ -48,6 +48,9 @@ pub struct FixedAnswer {
     pub code: String,
     /// The `<Message>` of the error document.
     pub message: String,
+    /// Bytes of empty `<a/>` elements after the `<Message>` (a hostile or broken store's
+    /// oversized error document); 0 for none.
+    pub padding: usize,
 }
 
 /// Which faults to inject, into which share of the requests.
@@ -117,9 +120,18 @@ impl FaultPlan {
                 status,
                 code: code.to_owned(),
                 message: format!("{code} (injected by the fault proxy)"),
+                padding: 0,
             }),
             ..FaultPlan::default()
         }
+    }
+
+    /// The fixed answer's error document padded with `bytes` of `<a/>` elements.
+    pub fn padded(mut self, bytes: usize) -> Self {
+        if let Some(a) = &mut self.answer_all {
+            a.padding = bytes;
+        }
+        self
     }
 
     pub fn drop_mid_body(mut self, share: f64) -> Self {
@@ -574,6 +586,7 @@ impl RequestPump<'_> {
                     "InternalError",
                     "We encountered an internal error. Please try again.",
                     request_no,
+                    0,
                 ),
                 Fault::SlowDown503 => self.answer(
                     &req,
@@ -581,9 +594,12 @@ impl RequestPump<'_> {
                     "SlowDown",
                     "Please reduce your request rate.",
                     request_no,
+                    0,
                 ),
                 Fault::Fixed => match fixed {
-                    Some(a) => self.answer(&req, a.status, &a.code, &a.message, request_no),
+                    Some(a) => {
+                        self.answer(&req, a.status, &a.code, &a.message, request_no, a.padding)
+                    }
                     None => false,
                 },
             };
@@ -658,6 +674,7 @@ impl RequestPump<'_> {
         code: &str,
         message: &str,
         request_no: u64,
+        padding: usize,
     ) -> bool {
         // A client waiting for 100 Continue sends no body: answer at once and close.
         let close = req.expect_continue;
@@ -674,7 +691,7 @@ impl RequestPump<'_> {
                 left -= n as u64;
             }
         }
-        let response = error_response(req, status, code, message, request_no, close);
+        let response = error_response(req, status, code, message, request_no, close, padding);
         if self.client.write_all(&response).is_err() {
             return false;
         }
@@ -732,6 +749,7 @@ fn error_response(
     message: &str,
     request_no: u64,
     close: bool,
+    padding: usize,
 ) -> Vec<u8> {
     let request_id = format!("faultproxy-{request_no}");
     let resource = req.target.split('?').next().unwrap_or("/");
@@ -740,9 +758,10 @@ fn error_response(
     } else {
         format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>{}</Message>\
-             <Resource>{}</Resource><RequestId>{request_id}</RequestId></Error>",
+             {}<Resource>{}</Resource><RequestId>{request_id}</RequestId></Error>",
             xml_escape(code),
             xml_escape(message),
+            "<a/>".repeat(padding / 4),
             xml_escape(resource)
         )
     };

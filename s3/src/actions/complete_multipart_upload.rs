@@ -44,6 +44,8 @@ pub fn request(
     super::check_upload_id(upload_id)?;
     let xml = body(parts)?;
     let mut req = super::object_request(endpoint, Method::Post, bucket, key)?;
+    // S3 may send whitespace to keep the connection open while it assembles a large object.
+    req.max_response_body = Some(1024 * 1024);
     req.query.push(("uploadId".into(), upload_id.to_string()));
     req.set_header("content-type", "application/xml");
     req.body = Body::from(xml.into_bytes());

@@ -22,6 +22,8 @@ pub fn request(
     options: &ObjectOptions,
 ) -> Result<Request, Error> {
     let mut req = super::object_request(endpoint, Method::Get, bucket, key)?;
+    // An object: as long as the transport's body limit allows.
+    req.max_response_body = None;
     if let Some(r) = range {
         if r.start() > r.end() {
             return Err(Error::Config(format!(

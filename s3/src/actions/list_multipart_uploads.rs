@@ -33,6 +33,8 @@ pub fn request(
     args: &ListMultipartUploadsArgs,
 ) -> Result<Request, Error> {
     let mut req = super::bucket_request(endpoint, Method::Get, bucket)?;
+    // Up to 1,000 uploads, each with a key of up to 1 KiB.
+    req.max_response_body = Some(16 * 1024 * 1024);
     req.query.push(("uploads".into(), String::new()));
     if let Some(p) = &args.prefix {
         req.query.push(("prefix".into(), p.clone()));

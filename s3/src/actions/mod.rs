@@ -60,13 +60,20 @@ pub fn unquote_etag(etag: &str) -> &str {
         .unwrap_or(etag)
 }
 
-/// A bucket request (no key) after checking the bucket name.
+/// The longest successful body of an action that answers with at most a short document.
+pub const SMALL_RESPONSE: u64 = 64 * 1024;
+
+/// A bucket request (no key) after checking the bucket name; its answer may hold at most
+/// [`SMALL_RESPONSE`] unless the action says otherwise.
 fn bucket_request(endpoint: &Endpoint, method: Method, bucket: &str) -> Result<Request, Error> {
     endpoint.check_bucket(bucket)?;
-    Ok(endpoint.request(method, bucket, None))
+    let mut req = endpoint.request(method, bucket, None);
+    req.max_response_body = Some(SMALL_RESPONSE);
+    Ok(req)
 }
 
-/// An object request after checking the bucket name and the key.
+/// An object request after checking the bucket name and the key; its answer may hold at most
+/// [`SMALL_RESPONSE`] unless the action says otherwise.
 fn object_request(
     endpoint: &Endpoint,
     method: Method,
@@ -75,7 +82,9 @@ fn object_request(
 ) -> Result<Request, Error> {
     endpoint.check_bucket(bucket)?;
     check_key(key)?;
-    Ok(endpoint.request(method, bucket, Some(key)))
+    let mut req = endpoint.request(method, bucket, Some(key));
+    req.max_response_body = Some(SMALL_RESPONSE);
+    Ok(req)
 }
 
 fn check_upload_id(upload_id: &str) -> Result<(), Error> {

@@ -14,6 +14,10 @@ pub struct Limits {
     /// Largest body, whatever its framing. Default 64 MiB: S3's answers to the actions the
     /// sink uses are a few KiB; raise it to read larger objects with GetObject.
     pub max_body_bytes: u64,
+    /// How much of the body of an error response (status 300 and up) is read. A longer one is
+    /// cut there (chunked: refused) and its connection dropped: S3's error documents are well
+    /// under 1 KiB, and the fields read from them come first. Default 64 KiB.
+    pub max_error_body_bytes: u64,
 }
 
 impl Default for Limits {
@@ -22,6 +26,7 @@ impl Default for Limits {
             max_head_bytes: 64 * 1024,
             max_headers: 128,
             max_body_bytes: 64 * 1024 * 1024,
+            max_error_body_bytes: 64 * 1024,
         }
     }
 }

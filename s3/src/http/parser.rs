@@ -41,6 +41,10 @@ enum State {
         headers: Vec<(String, String)>,
         keep_alive: bool,
         body: BodyState,
+        /// The most body bytes kept.
+        cap: u64,
+        /// Whether a longer body is cut at `cap` (an error response) rather than refused.
+        cut: bool,
     },
     Done,
 }
@@ -49,6 +53,8 @@ enum State {
 enum BodyState {
     Empty,
     Length(u64),
+    /// An error response longer than the cap: its first bytes, then the connection is dropped.
+    Prefix(u64),
     Chunked(ChunkedDecoder),
     UntilClose,
 }
@@ -84,6 +90,15 @@ impl ResponseParser {
         }
     }
 
+    /// Keeps at most `max` bytes of a successful body (the most the action can legitimately
+    /// get back), below [`Limits::max_body_bytes`].
+    pub fn with_body_limit(mut self, max: Option<u64>) -> Self {
+        if let Some(max) = max {
+            self.limits.max_body_bytes = self.limits.max_body_bytes.min(max);
+        }
+        self
+    }
+
     /// Whether the final response head has been read (the body may still be arriving).
     pub fn head_complete(&self) -> bool {
         !matches!(self.state, State::Head)
@@ -98,25 +113,49 @@ impl ResponseParser {
                         return Ok(Progress::Partial(need));
                     }
                 }
-                State::Body { body, .. } => {
+                State::Body {
+                    body,
+                    cap,
+                    cut,
+                    status,
+                    ..
+                } => {
                     let data = match body {
                         BodyState::Empty => Bytes::new(),
-                        BodyState::Length(remaining) => {
+                        BodyState::Length(remaining) | BodyState::Prefix(remaining) => {
                             let have = buf.len() as u64;
                             if have < *remaining {
                                 return Ok(Progress::Partial(clamp_usize(*remaining - have)));
                             }
                             buf.split_to(clamp_usize(*remaining)).freeze()
                         }
-                        BodyState::Chunked(decoder) => match decoder.decode(buf, &self.limits)? {
-                            Decoded::Partial(need) => return Ok(Progress::Partial(need.max(1))),
-                            Decoded::Complete(data) => data,
-                        },
-                        BodyState::UntilClose => {
-                            if buf.len() as u64 > self.limits.max_body_bytes {
-                                return Err(body_too_large(self.limits.max_body_bytes));
+                        BodyState::Chunked(decoder) => {
+                            let limits = Limits {
+                                max_body_bytes: *cap,
+                                ..self.limits
+                            };
+                            match decoder.decode(buf, &limits) {
+                                Ok(Decoded::Partial(need)) => {
+                                    return Ok(Progress::Partial(need.max(1)));
+                                }
+                                Ok(Decoded::Complete(data)) => data,
+                                Err(e) if *cut => {
+                                    return Err(TransportError::Http(format!(
+                                        "error response {status}: {e}"
+                                    )));
+                                }
+                                Err(e) => return Err(e),
                             }
-                            return Ok(Progress::Partial(1));
+                        }
+                        BodyState::UntilClose => {
+                            if buf.len() as u64 > *cap {
+                                if !*cut {
+                                    return Err(body_too_large(*cap));
+                                }
+                                buf.split_to(clamp_usize(*cap)).freeze()
+                            } else {
+                                return Ok(Progress::Partial(1));
+                            }
                         }
                     };
                     return Ok(Progress::Complete(self.complete(data)?));
@@ -136,10 +175,16 @@ impl ResponseParser {
         match &self.state {
             State::Body {
                 body: BodyState::UntilClose,
+                cap,
+                cut,
                 ..
             } => {
-                if buf.len() as u64 > self.limits.max_body_bytes {
-                    return Err(body_too_large(self.limits.max_body_bytes));
+                let (cap, cut) = (*cap, *cut);
+                if buf.len() as u64 > cap {
+                    if !cut {
+                        return Err(body_too_large(cap));
+                    }
+                    buf.truncate(clamp_usize(cap));
                 }
                 let data = buf.split().freeze();
                 self.complete(data)
@@ -155,13 +200,15 @@ impl ResponseParser {
                 headers,
                 keep_alive,
                 body,
+                ..
             } => Ok(Parsed {
                 response: Response {
                     status,
                     headers,
                     body: data,
                 },
-                keep_alive: keep_alive && !matches!(body, BodyState::UntilClose),
+                keep_alive: keep_alive
+                    && !matches!(body, BodyState::UntilClose | BodyState::Prefix(_)),
             }),
             _ => Err(TransportError::Http(
                 "internal: response completed before its head".to_owned(),
@@ -236,9 +283,24 @@ impl ResponseParser {
             return Ok(None);
         }
 
-        let plan = plan_body(self.method, status, minor, &headers, &self.limits)?;
+        // An error response is read only as far as an error document can go; the fields read
+        // from it come first, so what is cut does not matter.
+        let cut = status >= 300;
+        let cap = if cut {
+            self.limits
+                .max_body_bytes
+                .min(self.limits.max_error_body_bytes)
+        } else {
+            self.limits.max_body_bytes
+        };
+        let planning = Limits {
+            max_body_bytes: if cut { u64::MAX } else { cap },
+            ..self.limits
+        };
+        let plan = plan_body(self.method, status, minor, &headers, &planning)?;
         let body = match plan.framing {
             Framing::Empty | Framing::Length(0) => BodyState::Empty,
+            Framing::Length(n) if n > cap => BodyState::Prefix(cap),
             Framing::Length(n) => BodyState::Length(n),
             Framing::Chunked => BodyState::Chunked(ChunkedDecoder::new()),
             Framing::UntilClose => BodyState::UntilClose,
@@ -248,6 +310,8 @@ impl ResponseParser {
             headers,
             keep_alive: plan.keep_alive,
             body,
+            cap,
+            cut,
         };
         Ok(None)
     }

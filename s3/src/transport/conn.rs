@@ -118,7 +118,8 @@ impl Conn {
         head: &Bytes,
         cfg: &TransportConfig,
     ) -> Result<Parsed, Failure> {
-        let mut parser = ResponseParser::new(req.method, cfg.limits);
+        let mut parser =
+            ResponseParser::new(req.method, cfg.limits).with_body_limit(req.max_response_body);
         let written = match &mut self.stream {
             Stream::Plain(tcp) => write_plain(tcp, head, req, cfg.request_timeout).await,
             Stream::Tls(tls) => write_tls(tls, head, req, cfg.request_timeout).await,
