@@ -443,7 +443,11 @@ impl Runner {
     }
 
     async fn run_inner(&mut self) -> Result<(), Fatal> {
-        self.sink.start().await.map_err(|e| self.fatal(e))?;
+        let shard = Rc::clone(&self.shard);
+        match unless_stopped(&shard, self.sink.start()).await {
+            None => return Ok(()),
+            Some(started) => started.map_err(|e| self.fatal(e))?,
+        }
         self.start_source().await?;
         loop {
             self.shard.service(false);
@@ -470,7 +474,9 @@ impl Runner {
             }
             let now = Instant::now();
             if now >= self.next_tick {
-                self.sink.tick().await.map_err(|e| self.fatal(e))?;
+                if let Some(ticked) = unless_stopped(&shard, self.sink.tick()).await {
+                    ticked.map_err(|e| self.fatal(e))?;
+                }
                 self.next_tick = now + self.sink.tick_interval();
             }
             if self.generator_done() {
@@ -493,16 +499,7 @@ impl Runner {
     async fn drain(&mut self, deadline: Instant) -> Result<(), Fatal> {
         // A second signal (Stop) cuts the drain short: whatever is confirmed by then is stored.
         let shard = Rc::clone(&self.shard);
-        let stopped = async move {
-            while shard.mode.get() != Mode::Stop {
-                monoio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        let drained = monoio::select! {
-            result = self.sink.drain(deadline) => Some(result),
-            () = stopped => None,
-        };
-        if let Some(result) = drained {
+        if let Some(result) = unless_stopped(&shard, self.sink.drain(deadline)).await {
             result.map_err(|e| self.fatal(e))?;
         }
         while Instant::now() < deadline
@@ -805,11 +802,18 @@ impl Runner {
         let mut stored = stored;
         // The sink may know of data written past the stored offset (an S3 object completed
         // just before a crash, before its offsets were committed): start after it.
-        match self
-            .sink
-            .resume(&self.stream_name, &self.topic_name, partition)
-            .await
-        {
+        let shard = Rc::clone(&self.shard);
+        let resumed = unless_stopped(
+            &shard,
+            self.sink
+                .resume(&self.stream_name, &self.topic_name, partition),
+        )
+        .await;
+        let Some(resumed) = resumed else {
+            // Stopping: the partition is not taken up.
+            return Ok(());
+        };
+        match resumed {
             Ok(Some(done)) if done + 1 > next => {
                 info!(
                     sink = %self.cfg.name,
@@ -1097,8 +1101,12 @@ impl Runner {
         if count == 0 {
             return Ok(false);
         }
-        self.sink.deliver(batch).await.map_err(|e| self.fatal(e))?;
-        Ok(true)
+        let shard = Rc::clone(&self.shard);
+        match unless_stopped(&shard, self.sink.deliver(batch)).await {
+            // Cut short by Stop: what it held stays unconfirmed; the loop stores the rest.
+            None => Ok(false),
+            Some(delivered) => delivered.map(|()| true).map_err(|e| self.fatal(e)),
+        }
     }
 
     fn refresh_gauge(&self, slot: usize) {
@@ -1299,6 +1307,30 @@ impl Runner {
 }
 
 /// Gives the other tasks of the shard a turn.
+/// Runs `call` (a sink's), cut short when the shard is told to stop: the call is dropped with
+/// the requests it has under way, and `None` is returned. A stalled destination can hold a sink
+/// call for as long as it likes; Stop must still end the runner, which then stores what is
+/// confirmed.
+async fn unless_stopped<T>(
+    shard: &ShardState,
+    call: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    if shard.mode.get() == Mode::Stop {
+        return None;
+    }
+    let stopped = async {
+        // The shard's own task takes the control thread's commands every 20 ms, even while
+        // this runner waits.
+        while shard.mode.get() != Mode::Stop {
+            monoio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    monoio::select! {
+        out = call => Some(out),
+        () = stopped => None,
+    }
+}
+
 struct YieldNow(bool);
 
 impl std::future::Future for YieldNow {

@@ -100,3 +100,69 @@ fn a_huge_error_document_is_read_within_a_small_limit_and_still_named() {
     assert_eq!(common::stored(&mut admin, &t, "huge", 0), None);
     engine.signal("KILL");
 }
+
+/// SIGTERM while the store holds every part upload unanswered (the shard waits in an upload
+/// whose part window is full). Before, the shard never saw the drain or the stop: the process
+/// gave up on it after the drain deadline and exited 1 without storing the offsets of the
+/// object that was already complete. Now Stop cuts the sink's calls short (their requests are
+/// dropped), and the confirmed offsets are stored.
+#[test]
+fn sigterm_with_a_stalled_store_stores_the_confirmed_offsets_and_exits() {
+    use spillway_tests::TestMessage;
+    let s3 = S3Server::start().unwrap();
+    let proxy = FaultProxy::start(s3.addr(), FaultPlan::passthrough()).unwrap();
+    let iggy = IggyServer::start().unwrap();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3stall", 1);
+    // Stored only when forced (at the end): what is confirmed before SIGTERM is stored then.
+    let cfg = (engine_sections(&iggy)
+        + &proxied_sink(
+            "stall",
+            &t,
+            &s3,
+            &proxy,
+            "part_size = \"5MiB\"\nparts_in_flight = 1\nidle_flush = \"300ms\"",
+        ))
+        .replace(
+            "commit_interval = \"50ms\"",
+            "commit_interval = \"1h\"\ncommit_every = 100000000",
+        )
+        .replace("shutdown_timeout = \"20s\"", "shutdown_timeout = \"2s\"");
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "stall", &cfg);
+    send(&mut admin, &t, 0, "a", 0, 100);
+    common::wait_until("the first object is complete", LONG, || {
+        common::object_files(&s3.bucket_dir())
+            .iter()
+            .any(|(k, _, _)| !k.contains(".spillway/"))
+    });
+    // Every part upload from now on is held far longer than the test.
+    proxy
+        .set_plan(
+            FaultPlan::seeded(1)
+                .stall(1.0, Duration::from_secs(300))
+                .path_contains("partNumber="),
+        )
+        .unwrap();
+    let filler = "x".repeat(1000);
+    let batch: Vec<TestMessage> = (0..15_000u64)
+        .map(|n| TestMessage::new(u128::from(n) + 1000, format!("{n}-{filler}").into_bytes()))
+        .collect();
+    common::send_all(&mut admin, &t, 0, &batch);
+    common::wait_until("a part upload is held", LONG, || proxy.stats().stalled >= 1);
+    std::thread::sleep(Duration::from_millis(500));
+    engine.signal("TERM");
+    let code = common::wait_exit_code(&mut engine, Duration::from_secs(20));
+    let log = engine.log();
+    // As documented: a drain cut at `shutdown_timeout` still exits 0 once the confirmed
+    // offsets are stored; the rest is polled again by the next run.
+    assert_eq!(code, Some(0), "{}", common::tail(&log, 20));
+    assert!(log.contains("did not drain in time"), "{log}");
+    assert!(!log.contains("shards did not stop in time"), "{log}");
+    assert_eq!(
+        common::stored(&mut admin, &t, "stall", 0),
+        Some(99),
+        "the complete object's offsets are stored\n{}",
+        common::tail(&log, 20)
+    );
+}
