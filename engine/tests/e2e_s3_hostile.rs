@@ -166,3 +166,53 @@ fn sigterm_with_a_stalled_store_stores_the_confirmed_offsets_and_exits() {
         common::tail(&log, 20)
     );
 }
+
+/// A store that answers its PUTs one byte every 200 ms: every read arrives well within the
+/// progress timeout, so before, one upload took as long as the store liked (a minute for
+/// s3s-fs's ~300-byte answer here; forever for the drip the issue saw), with nothing said. Now
+/// each attempt has a deadline of `request_timeout` plus its size at `min_transfer_rate`; the
+/// log names the slow store, nothing is committed while it drips, and once it is fast again
+/// every offset is delivered.
+#[test]
+fn a_store_dripping_its_answers_is_given_up_on_named_and_retried() {
+    let s3 = S3Server::start().unwrap();
+    let proxy = FaultProxy::start(
+        s3.addr(),
+        FaultPlan::seeded(7)
+            .drip(1.0, Duration::from_millis(200))
+            .only_methods(&["PUT"]),
+    )
+    .unwrap();
+    let iggy = IggyServer::start().unwrap();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3drip", 1);
+    send(&mut admin, &t, 0, "d", 0, 20);
+    let cfg = engine_sections(&iggy)
+        + &proxied_sink(
+            "drip",
+            &t,
+            &s3,
+            &proxy,
+            "idle_flush = \"100ms\"\nrequest_timeout = \"1s\"\nmin_transfer_rate = \"1MiB\"\nrequest_attempts = 2\nretry_min = \"100ms\"\nretry_max = \"200ms\"",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "drip", &cfg);
+    common::wait_until("the slow store is named", Duration::from_secs(15), || {
+        engine.log().contains("slow S3 store")
+    });
+    common::wait_until("the object fails", Duration::from_secs(15), || {
+        engine.log().contains("S3 upload failed")
+    });
+    let log = engine.log();
+    assert!(log.contains("too slow"), "{}", common::tail(&log, 10));
+    assert!(
+        log.contains("sink.s3.min_transfer_rate"),
+        "the key is named"
+    );
+    assert_eq!(common::stored(&mut admin, &t, "drip", 0), None);
+
+    proxy.set_plan(FaultPlan::passthrough()).unwrap();
+    common::wait_stored(&mut engine, &mut admin, &t, "drip", 19, LONG);
+    common::stop_clean(&mut engine, Duration::from_secs(30));
+    assert!(proxy.stats().dripped >= 2, "{:?}", proxy.stats());
+}

@@ -54,6 +54,10 @@ pub struct ClientStats {
 /// A clock, so that tests can sign at fixed times.
 pub type Clock = Box<dyn Fn() -> SystemTime>;
 
+/// Told of every failed attempt that is about to be retried: the error, the attempt that
+/// failed (1 for the first) and the wait before the next. The crate does no logging itself.
+pub type RetryObserver = Box<dyn Fn(&Error, u32, std::time::Duration)>;
+
 /// The S3 client of one shard (not `Send`: one per thread).
 pub struct S3Client {
     endpoint: Endpoint,
@@ -64,6 +68,7 @@ pub struct S3Client {
     transport: Transport,
     backoff: RefCell<Backoff>,
     clock: Clock,
+    on_retry: Option<RetryObserver>,
     stats: Cell<ClientStats>,
 }
 
@@ -91,6 +96,7 @@ impl S3Client {
             transport,
             backoff: RefCell::new(Backoff::new(cfg.jitter_seed)),
             clock: Box::new(SystemTime::now),
+            on_retry: None,
             stats: Cell::new(ClientStats::default()),
         })
     }
@@ -98,6 +104,12 @@ impl S3Client {
     /// Replaces the clock used for signing.
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// Sets the observer of retried attempts (to log them, say).
+    pub fn with_retry_observer(mut self, observer: RetryObserver) -> Self {
+        self.on_retry = Some(observer);
         self
     }
 
@@ -151,6 +163,9 @@ impl S3Client {
                 return Err(err);
             }
             let delay = self.backoff.borrow_mut().delay(&self.retry, attempt);
+            if let Some(observe) = &self.on_retry {
+                observe(&err, attempt, delay);
+            }
             monoio::time::sleep(delay).await;
             attempt += 1;
         }

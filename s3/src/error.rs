@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::io;
+use std::time::Duration;
 
 /// An error document (or an error status without one) from S3.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +66,16 @@ pub enum TransportError {
     Tls(String),
     /// No answer within the timeout; `phase` says which part of the exchange stalled.
     Timeout { phase: &'static str },
+    /// The whole exchange took longer than its deadline (`TransportConfig::deadline_for`):
+    /// the store moved the request and its answer slower than the minimum rate.
+    TooSlow {
+        /// Request body bytes.
+        bytes: u64,
+        /// The deadline the exchange had.
+        deadline: Duration,
+        /// The minimum rate it was derived from, bytes per second (0: a fixed deadline).
+        min_rate: u64,
+    },
     /// The connection failed while sending or receiving (reset, broken pipe …).
     Io(io::Error),
     /// The connection closed before the response was complete.
@@ -84,6 +95,21 @@ impl fmt::Display for TransportError {
             }
             TransportError::Tls(e) => write!(f, "TLS error: {e}"),
             TransportError::Timeout { phase } => write!(f, "timed out while {phase}"),
+            TransportError::TooSlow {
+                bytes,
+                deadline,
+                min_rate,
+            } => {
+                write!(
+                    f,
+                    "the store is too slow: a request of {bytes} bytes and its answer took longer \
+                     than their deadline of {deadline:.1?}"
+                )?;
+                if *min_rate > 0 {
+                    write!(f, " (a minimum rate of {min_rate} bytes/s)")?;
+                }
+                Ok(())
+            }
             TransportError::Io(e) => write!(f, "connection failed: {e}"),
             TransportError::Closed => f.write_str("connection closed before the response ended"),
             TransportError::Http(e) => write!(f, "invalid HTTP response: {e}"),
@@ -102,6 +128,7 @@ impl TransportError {
             self,
             TransportError::Connect { .. }
                 | TransportError::Timeout { .. }
+                | TransportError::TooSlow { .. }
                 | TransportError::Io(_)
                 | TransportError::Closed
         )

@@ -243,6 +243,10 @@ pub fn error_fields(body: &[u8]) -> Option<ErrorFields> {
         };
         let value = slot.get_or_insert_with(String::new);
         if value.len() >= MAX_ERROR_FIELD {
+            // Full: what comes on is cut, and the value says so (once).
+            if !piece.is_empty() && !value.ends_with('…') {
+                value.push('…');
+            }
             return;
         }
         let room = MAX_ERROR_FIELD - value.len();

@@ -69,6 +69,8 @@ enum Reply {
     SendThenClose(Vec<u8>),
     /// Waits this long before answering with the bytes.
     After(Duration, Vec<u8>),
+    /// Writes the bytes one at a time, this long apart (a store dripping its answer).
+    Drip(Duration, Vec<u8>),
     /// Closes without answering.
     Close,
 }
@@ -217,6 +219,10 @@ fn serve(
                 thread::sleep(wait);
                 wire.write_all(&bytes).and_then(|()| wire.flush())
             }
+            Reply::Drip(every, bytes) => bytes.iter().try_for_each(|b| {
+                thread::sleep(every);
+                wire.write_all(&[*b]).and_then(|()| wire.flush())
+            }),
             Reply::SendThenClose(bytes) => {
                 let _ = wire.write_all(&bytes);
                 let _ = wire.flush();
@@ -437,14 +443,57 @@ fn total_timeout_bounds_the_whole_exchange() {
     })
     .unwrap_err();
     assert!(
+        matches!(err, TransportError::TooSlow { min_rate: 0, .. }),
+        "{err:?}"
+    );
+}
+
+/// A store that answers one byte every 20 ms: each read arrives well within the 300 ms progress
+/// timeout, so before the rate deadline the exchange took as long as the store liked (here
+/// about 1.5 s, in the field hours). Now the deadline is the progress timeout plus the body at
+/// `min_rate`: given up at about 300 ms, naming the slow store.
+#[test]
+fn a_dripping_store_is_given_up_on_at_the_rate_deadline() {
+    let server = TestServer::start(|_| Reply::Drip(Duration::from_millis(20), ok(&[b'x'; 40])));
+    let client = Client::new(TransportConfig {
+        request_timeout: Duration::from_millis(300),
+        min_rate: 1024 * 1024,
+        ..quick_config()
+    })
+    .unwrap();
+    let started = Instant::now();
+    let err = run(async {
+        client
+            .send(&server.target(), &get(&server.host(), "/"))
+            .await
+    })
+    .unwrap_err();
+    let took = started.elapsed();
+    assert!(
         matches!(
             err,
-            TransportError::Timeout {
-                phase: "the whole exchange"
+            TransportError::TooSlow {
+                min_rate: 1_048_576,
+                ..
             }
         ),
         "{err:?}"
     );
+    assert!(err.is_retryable());
+    assert!(err.to_string().contains("too slow"), "{err}");
+    assert!(took < Duration::from_millis(900), "{took:?}");
+
+    // The deadline grows with the body: 8 MiB at 64 KiB/s is 128 s on top.
+    let cfg = TransportConfig::default();
+    assert_eq!(
+        cfg.deadline_for(8 << 20),
+        Some(cfg.request_timeout + Duration::from_secs(128))
+    );
+    let off = TransportConfig {
+        min_rate: 0,
+        ..TransportConfig::default()
+    };
+    assert_eq!(off.deadline_for(8 << 20), None);
 }
 
 #[test]

@@ -299,6 +299,15 @@ fn error_fields_are_read_as_a_stream_from_cut_and_padded_documents() {
         (Some("k"), Some("b"))
     );
 
+    // Exactly full, then a reference: still marked as cut (found by the property test).
+    let body = format!(
+        "<Error><Message>{}&amp;</Message></Error>",
+        "y".repeat(xml::MAX_ERROR_FIELD)
+    );
+    let message = xml::error_fields(body.as_bytes()).unwrap().message.unwrap();
+    assert!(message.ends_with('…'), "{message}");
+    assert_eq!(message.len(), xml::MAX_ERROR_FIELD + '…'.len_utf8());
+
     // Nested deeper than a field: not taken as the field's text.
     let fields = xml::error_fields(b"<Error><Code>A<b>B</b>C</Code></Error>").unwrap();
     assert_eq!(fields.code.as_deref(), Some("AC"));

@@ -9,6 +9,8 @@
 //! - stall: forwards the request, then holds the response for [`FaultPlan::stall_for`] before
 //!   passing it on (longer than the client's timeout, so the client gives up; the server did
 //!   the work, so the retry repeats it);
+//! - drip: forwards the request, then passes the rest of the connection's answer on one byte
+//!   every [`FaultPlan::drip_every`] (each read arrives in time; the whole never does);
 //! - answer all: every matching request gets a fixed status and S3 error code (a permanent
 //!   `403 AccessDenied`, say).
 //!
@@ -69,6 +71,10 @@ pub struct FaultPlan {
     pub stall: f64,
     /// How long a stalled response is held.
     pub stall_for: Duration,
+    /// Forward, then pass the answer on a byte at a time.
+    pub drip: f64,
+    /// The pause before each dripped byte.
+    pub drip_every: Duration,
     /// Seed of the fault decisions.
     pub seed: u64,
     /// Stop injecting after this many faults (forward everything then).
@@ -90,6 +96,8 @@ impl Default for FaultPlan {
             slow_down_503: 0.0,
             stall: 0.0,
             stall_for: Duration::from_secs(5),
+            drip: 0.0,
+            drip_every: Duration::from_secs(1),
             seed: 0,
             max_faults: None,
             only_methods: Vec::new(),
@@ -149,6 +157,13 @@ impl FaultPlan {
         self
     }
 
+    /// A share of the requests whose answers come one byte every `every`.
+    pub fn drip(mut self, share: f64, every: Duration) -> Self {
+        self.drip = share;
+        self.drip_every = every;
+        self
+    }
+
     pub fn stall(mut self, share: f64, stall_for: Duration) -> Self {
         self.stall = share;
         self.stall_for = stall_for;
@@ -178,6 +193,7 @@ impl FaultPlan {
             ("status_500", self.status_500),
             ("slow_down_503", self.slow_down_503),
             ("stall", self.stall),
+            ("drip", self.drip),
         ];
         for (name, share) in shares {
             if !(0.0..=1.0).contains(&share) {
@@ -225,6 +241,8 @@ pub struct FaultStats {
     pub slow_down_503: usize,
     /// Requests whose response was held.
     pub stalled: usize,
+    /// Requests whose answer was dripped.
+    pub dripped: usize,
     /// Requests answered with the fixed answer.
     pub answered_fixed: usize,
 }
@@ -236,6 +254,7 @@ impl FaultStats {
             + self.status_500
             + self.slow_down_503
             + self.stalled
+            + self.dripped
             + self.answered_fixed
     }
 }
@@ -247,7 +266,17 @@ enum Fault {
     Status500,
     SlowDown503,
     Stall(Duration),
+    Drip(Duration),
     Fixed,
+}
+
+/// What the response side does with the next answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// Holds it this long.
+    Stall(Duration),
+    /// Passes it (and everything after it on the connection) on a byte at a time.
+    Drip(Duration),
 }
 
 struct Counters {
@@ -292,6 +321,7 @@ impl Shared {
                 (plan.status_500, Fault::Status500),
                 (plan.slow_down_503, Fault::SlowDown503),
                 (plan.stall, Fault::Stall(plan.stall_for)),
+                (plan.drip, Fault::Drip(plan.drip_every)),
             ];
             let mut edge = 0.0;
             let mut pick = Fault::None;
@@ -311,6 +341,7 @@ impl Shared {
             Fault::Status500 => s.status_500 += 1,
             Fault::SlowDown503 => s.slow_down_503 += 1,
             Fault::Stall(_) => s.stalled += 1,
+            Fault::Drip(_) => s.dripped += 1,
             Fault::Fixed => s.answered_fixed += 1,
         }
         (fault, plan.answer_all, request_no)
@@ -549,7 +580,7 @@ struct RequestPump<'a> {
     upstream: TcpStream,
     shared: &'a Shared,
     /// Set to hold the next response for this long.
-    stall: Arc<Mutex<Option<Duration>>>,
+    stall: Arc<Mutex<Option<Hold>>>,
     /// Bytes read from the client, not handled yet.
     buf: Vec<u8>,
 }
@@ -573,7 +604,11 @@ impl RequestPump<'_> {
             let done = match fault {
                 Fault::None => self.forward(&head, body_len),
                 Fault::Stall(d) => {
-                    *lock(&self.stall) = Some(d);
+                    *lock(&self.stall) = Some(Hold::Stall(d));
+                    self.forward(&head, body_len)
+                }
+                Fault::Drip(d) => {
+                    *lock(&self.stall) = Some(Hold::Drip(d));
                     self.forward(&head, body_len)
                 }
                 Fault::DropMidBody => {
@@ -717,21 +752,36 @@ fn response_pump(
     mut upstream: TcpStream,
     mut client: TcpStream,
     shared: &Shared,
-    stall: &Mutex<Option<Duration>>,
+    stall: &Mutex<Option<Hold>>,
 ) {
     let mut tmp = vec![0u8; 64 * 1024];
-    loop {
+    let mut drip: Option<Duration> = None;
+    let wait = |d: Duration| {
+        let mut waited = Duration::ZERO;
+        while waited < d && !shared.stopping() {
+            let step = TICK.min(d - waited);
+            thread::sleep(step);
+            waited += step;
+        }
+    };
+    'conn: loop {
         let n = match upstream.read(&mut tmp) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        let hold = lock(stall).take();
-        if let Some(hold) = hold {
-            let mut waited = Duration::ZERO;
-            while waited < hold && !shared.stopping() {
-                thread::sleep(TICK);
-                waited += TICK;
+        match lock(stall).take() {
+            Some(Hold::Stall(d)) => wait(d),
+            Some(Hold::Drip(d)) => drip = Some(d),
+            None => {}
+        }
+        if let Some(every) = drip {
+            for b in &tmp[..n] {
+                wait(every);
+                if shared.stopping() || client.write_all(&[*b]).is_err() {
+                    break 'conn;
+                }
             }
+            continue;
         }
         if shared.stopping() || client.write_all(&tmp[..n]).is_err() {
             break;

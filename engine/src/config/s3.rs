@@ -119,6 +119,15 @@ pub struct S3SinkConfig {
     /// object counts as failed.
     #[serde(default = "defaults::request_attempts")]
     pub request_attempts: u32,
+    /// Progress timeout of one S3 request: every read and write must make progress within
+    /// it; also the base of its whole deadline.
+    #[serde(default = "defaults::request_timeout")]
+    pub request_timeout: Dur,
+    /// The slowest transfer accepted, per second: a request must be done within
+    /// `request_timeout` plus its body at this rate, else it is given up (and retried);
+    /// `"0"`: no such deadline.
+    #[serde(default = "defaults::min_transfer_rate")]
+    pub min_transfer_rate: ByteSize,
     /// First wait after a failed upload before the object is written again.
     #[serde(default = "defaults::retry_min")]
     pub retry_min: Dur,
@@ -172,6 +181,12 @@ mod defaults {
     }
     pub fn request_attempts() -> u32 {
         8
+    }
+    pub fn request_timeout() -> Dur {
+        Dur(Duration::from_secs(30))
+    }
+    pub fn min_transfer_rate() -> ByteSize {
+        ByteSize(64 << 10)
     }
     pub fn retry_min() -> Dur {
         Dur(Duration::from_millis(200))

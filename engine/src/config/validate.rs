@@ -551,6 +551,9 @@ fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
     if c.max_object_size.0 == 0 {
         return Err(problem(key("max_object_size"), "must be more than 0 bytes"));
     }
+    if c.request_timeout.0 < std::time::Duration::from_millis(100) {
+        return Err(problem(key("request_timeout"), "must be at least 100ms"));
+    }
     if c.request_attempts == 0 || c.request_attempts > 100 {
         return Err(problem(key("request_attempts"), "must be 1 to 100"));
     }

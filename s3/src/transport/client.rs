@@ -128,12 +128,20 @@ impl Client {
         check_request(req)?;
         let head = encode_head(req);
         self.count(|s| s.requests += 1);
-        match self.inner.config.total_timeout {
+        let cfg = &self.inner.config;
+        let bytes = req.body.len();
+        match cfg.deadline_for(bytes) {
             None => self.send_inner(target, req, &head).await,
-            Some(limit) => monoio::time::timeout(limit, self.send_inner(target, req, &head))
+            Some(deadline) => monoio::time::timeout(deadline, self.send_inner(target, req, &head))
                 .await
-                .map_err(|_| TransportError::Timeout {
-                    phase: "the whole exchange",
+                .map_err(|_| TransportError::TooSlow {
+                    bytes,
+                    deadline,
+                    min_rate: if cfg.total_timeout.is_some_and(|t| t <= deadline) {
+                        0
+                    } else {
+                        cfg.min_rate
+                    },
                 })?,
         }
     }

@@ -21,8 +21,13 @@ pub struct TransportConfig {
     /// its response, does. Default 30 s.
     pub request_timeout: Duration,
     /// Optional limit for the whole exchange (connect, write, response), retry on a stale
-    /// connection included. Default none: size it to the largest body and slowest link.
+    /// connection included, whatever the body size. Default none.
     pub total_timeout: Option<Duration>,
+    /// The slowest transfer accepted, bytes per second: each exchange gets a deadline of
+    /// `request_timeout` plus its body size at this rate ([`TransportConfig::deadline_for`]),
+    /// so a store that drips its answer (every read arriving just within `request_timeout`)
+    /// is still given up on. 0: no such deadline. Default 64 KiB/s.
+    pub min_rate: u64,
     /// Most idle connections kept per (scheme, host, port). 0 disables reuse. Default 16.
     pub max_idle_per_host: usize,
     /// Idle connections older than this are closed instead of reused (servers close idle
@@ -39,10 +44,26 @@ impl Default for TransportConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             total_timeout: None,
+            min_rate: 64 * 1024,
             max_idle_per_host: 16,
             idle_timeout: Duration::from_secs(15),
             limits: Limits::default(),
             tls: TlsConfig::default(),
+        }
+    }
+}
+
+impl TransportConfig {
+    /// The deadline of a whole exchange with a request body of `bytes`: the tighter of
+    /// `total_timeout` and `request_timeout + bytes / min_rate`; `None` when neither is set.
+    pub fn deadline_for(&self, bytes: u64) -> Option<Duration> {
+        let by_rate = (self.min_rate > 0).then(|| {
+            self.request_timeout
+                .saturating_add(Duration::from_secs_f64(bytes as f64 / self.min_rate as f64))
+        });
+        match (self.total_timeout, by_rate) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 }

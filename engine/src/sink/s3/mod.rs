@@ -58,6 +58,38 @@ pub fn endpoint(c: &S3SinkConfig, region: &str) -> Result<Endpoint, String> {
     }
 }
 
+/// Logs the attempts the S3 client retries: a store too slow for its deadline by name (a WARN,
+/// at most one in 10 s, with how many more), the rest at debug level (the object's own failure,
+/// once every attempt failed, is a WARN).
+fn retry_logger(sink: &str) -> spillway_s3::client::RetryObserver {
+    let sink = sink.to_owned();
+    let limit = RefCell::new(crate::ratelog::RateLimit::new(Duration::from_secs(10), 1));
+    Box::new(move |e, attempt, wait| {
+        let slow = matches!(
+            e,
+            spillway_s3::Error::Transport(spillway_s3::TransportError::TooSlow { .. })
+        );
+        if !slow {
+            debug!(sink = %sink, attempt, "S3 request failed, retrying in {wait:.1?}: {e}");
+            return;
+        }
+        let now = Instant::now();
+        let mut limit = limit.borrow_mut();
+        let more = limit
+            .due(now, false)
+            .map(|n| format!(" ({n} more since the last line)"));
+        if limit.admit(now) {
+            warn!(
+                sink = %sink,
+                attempt,
+                "slow S3 store: {e}; retrying in {wait:.1?} (the deadline is \
+                 sink.s3.request_timeout plus the request's size at sink.s3.min_transfer_rate){}",
+                more.unwrap_or_default()
+            );
+        }
+    })
+}
+
 /// The encoder options of `c`.
 pub fn format_options(c: &S3SinkConfig) -> FormatOptions {
     FormatOptions {
@@ -201,7 +233,11 @@ impl S3Sink {
         );
         client_cfg.jitter_seed = shard as u64 + 1;
         client_cfg.retry.max_attempts = cfg.request_attempts.max(1);
-        let client = S3Client::new(client_cfg).map_err(|e| err(format!("S3 client: {e}")))?;
+        client_cfg.transport.request_timeout = cfg.request_timeout.0;
+        client_cfg.transport.min_rate = cfg.min_transfer_rate.0;
+        let client = S3Client::new(client_cfg)
+            .map_err(|e| err(format!("S3 client: {e}")))?
+            .with_retry_observer(retry_logger(&config.name));
         let template = KeyTemplate::parse(&cfg.key).map_err(|e| err(format!("s3.key: {e}")))?;
         let tz = parse_time_zone(&cfg.time_zone).map_err(|e| err(format!("s3.time_zone: {e}")))?;
         let probe = Encoder::new(format_options(&cfg)).map_err(err)?;
