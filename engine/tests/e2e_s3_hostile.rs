@@ -216,3 +216,143 @@ fn a_store_dripping_its_answers_is_given_up_on_named_and_retried() {
     common::stop_clean(&mut engine, Duration::from_secs(30));
     assert!(proxy.stats().dripped >= 2, "{:?}", proxy.stats());
 }
+
+/// Messages 0..=14 where offset 5 lacks the `region` header the key template needs; objects of
+/// at most 5 messages, so offset 5 starts one.
+fn send_with_a_keyless_message(admin: &mut spillway_tests::IggyAdmin, t: &common::Topic) {
+    use spillway_tests::TestMessage;
+    let batch: Vec<TestMessage> = (0..15u64)
+        .map(|n| {
+            let m = TestMessage::new(u128::from(n) + 1, format!("{{\"n\":{n}}}").into_bytes());
+            if n == 5 {
+                m
+            } else {
+                m.with_header("region", "eu")
+            }
+        })
+        .collect();
+    common::send_all(admin, t, 0, &batch);
+}
+
+/// A message whose key cannot be rendered (the key template names a header it does not have)
+/// goes to `on_error`. Before, the S3 sink ignored the policy and polled it again forever
+/// (14,000 redeliveries in the issue, the offset never stored). Now `skip` leaves it out and
+/// stores past it, `dead_letter` writes it under `dead_letter_prefix` with the reason, and
+/// `fail` stops the engine (exit 1) naming the header, storing nothing past it.
+#[test]
+fn a_message_whose_key_cannot_render_goes_to_on_error() {
+    let s3 = S3Server::start().unwrap();
+    let proxy = FaultProxy::start(s3.addr(), FaultPlan::passthrough()).unwrap();
+    let iggy = IggyServer::start().unwrap();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3keyless", 1);
+    send_with_a_keyless_message(&mut admin, &t);
+    let sink = |name: &str, policy: &str, extra: &str| {
+        proxied_sink(
+            name,
+            &t,
+            &s3,
+            &proxy,
+            &format!(
+                "prefix = \"{name}/\"\nkey = \"{{header.region}}/{{partition}}-{{first_offset}}.{{ext}}\"\nmax_object_messages = 5\nidle_flush = \"200ms\"\n{extra}"
+            ),
+        )
+        .replace("partitions = [0]", &format!("partitions = [0]\non_error = \"{policy}\""))
+    };
+    let cfg = engine_sections(&iggy)
+        + &sink("skip", "skip", "")
+        + &sink("dl", "dead_letter", "dead_letter_prefix = \"dead/\"");
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "keyless", &cfg);
+    common::wait_stored(&mut engine, &mut admin, &t, "skip", 14, LONG);
+    common::wait_stored(&mut engine, &mut admin, &t, "dl", 14, LONG);
+    common::stop_clean(&mut engine, Duration::from_secs(30));
+    let log = engine.log();
+    assert!(log.contains("\"region\""), "the header is named\n{log}");
+    assert!(
+        log.matches("S3 upload failed").count() == 0,
+        "not retried as an upload\n{}",
+        common::tail(&log, 20)
+    );
+
+    let files = common::object_files(&s3.bucket_dir());
+    let keys: Vec<&str> = files.iter().map(|(k, _, _)| k.as_str()).collect();
+    let records = |prefix: &str| -> Vec<u64> {
+        let mut offsets: Vec<u64> = files
+            .iter()
+            .filter(|(k, _, _)| k.starts_with(prefix))
+            .flat_map(|(_, path, _)| {
+                std::fs::read_to_string(path)
+                    .unwrap()
+                    .lines()
+                    .map(|l| {
+                        serde_json::from_str::<serde_json::Value>(l).unwrap()["offset"]
+                            .as_u64()
+                            .unwrap()
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        offsets.sort_unstable();
+        offsets
+    };
+    let want: Vec<u64> = (0..15).filter(|n| *n != 5).collect();
+    assert_eq!(records("skip/eu/"), want, "{keys:?}");
+    assert_eq!(records("dl/eu/"), want, "{keys:?}");
+    let dead: Vec<_> = files
+        .iter()
+        .filter(|(k, _, _)| k.starts_with("dead/"))
+        .collect();
+    assert_eq!(dead.len(), 1, "{keys:?}");
+    let letter: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&dead[0].1).unwrap()).unwrap();
+    assert_eq!(letter["record"]["offset"], 5, "{letter}");
+    assert_eq!(letter["record"]["payload"]["n"], 5, "{letter}");
+    assert!(
+        letter["reason"].as_str().unwrap().contains("region"),
+        "{letter}"
+    );
+
+    // fail: the engine stops by itself naming the header; nothing at or past 5 is stored.
+    let cfg = engine_sections(&iggy) + &sink("fail", "fail", "");
+    let mut engine = Engine::start(dir.path(), "keyless-fail", &cfg);
+    let code = common::wait_exit_code(&mut engine, LONG);
+    let log = engine.log();
+    assert_eq!(code, Some(1), "{}", common::tail(&log, 20));
+    assert!(log.contains("\"region\""), "{log}");
+    let stored = common::stored(&mut admin, &t, "fail", 0);
+    assert!(stored.is_none_or(|s| s < 5), "stored {stored:?}");
+}
+
+/// The store refuses every upload with `403 AccessDenied` after the start-up probe passed
+/// (keys rotated, a bucket policy changed). Before, the sink retried each object forever and
+/// the engine never said more than a WARN per attempt. Now an error no retry can mend stops
+/// the engine: exit 1 naming the S3 error code, nothing committed.
+#[test]
+fn a_permanent_store_error_after_start_stops_the_engine_naming_it() {
+    let s3 = S3Server::start().unwrap();
+    let proxy = FaultProxy::start(
+        s3.addr(),
+        FaultPlan::answer_all(403, "AccessDenied").only_methods(&["PUT"]),
+    )
+    .unwrap();
+    let iggy = IggyServer::start().unwrap();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3denied", 1);
+    send(&mut admin, &t, 0, "x", 0, 20);
+    let cfg = engine_sections(&iggy)
+        + &proxied_sink(
+            "denied",
+            &t,
+            &s3,
+            &proxy,
+            "idle_flush = \"100ms\"\nretry_min = \"100ms\"\nretry_max = \"200ms\"",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "denied", &cfg);
+    let code = common::wait_exit_code(&mut engine, Duration::from_secs(30));
+    let log = engine.log();
+    assert_eq!(code, Some(1), "{}", common::tail(&log, 20));
+    assert!(log.contains("AccessDenied"), "{}", common::tail(&log, 20));
+    assert_eq!(common::stored(&mut admin, &t, "denied", 0), None);
+}

@@ -119,6 +119,10 @@ pub struct S3SinkConfig {
     /// object counts as failed.
     #[serde(default = "defaults::request_attempts")]
     pub request_attempts: u32,
+    /// Where messages rejected under `on_error = "dead_letter"` go: one JSON object per
+    /// message, `{dead_letter_prefix}{stream}/{topic}/{partition}/{offset}.json`, holding the
+    /// reason and the record.
+    pub dead_letter_prefix: Option<String>,
     /// Progress timeout of one S3 request: every read and write must make progress within
     /// it; also the base of its whole deadline.
     #[serde(default = "defaults::request_timeout")]

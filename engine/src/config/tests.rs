@@ -293,8 +293,30 @@ fn an_s3_sink_loads_with_defaults_and_names_its_mistakes() {
         "the secret key is redacted"
     );
     let with = |extra: &str| S3.replace("access_key_id", &format!("{extra}\naccess_key_id"));
-    let cases: [(String, &str, &str); 8] = [
+    let dead_letter = |extra: &str| {
+        with(extra).replace(
+            "source = \"generate\"",
+            "source = \"generate\"\non_error = \"dead_letter\"",
+        )
+    };
+    let cases: [(String, &str, &str); 12] = [
         (with("format = \"parquet\""), "sink[0].s3.format", "parquet"),
+        (dead_letter(""), "sink[0].s3.dead_letter_prefix", "missing"),
+        (
+            dead_letter("prefix = \"p/\"\ndead_letter_prefix = \"p/\""),
+            "sink[0].s3.dead_letter_prefix",
+            "differ",
+        ),
+        (
+            with("dead_letter_prefix = \"dead/\""),
+            "sink[0].s3.dead_letter_prefix",
+            "on_error",
+        ),
+        (
+            with("request_timeout = \"10ms\""),
+            "sink[0].s3.request_timeout",
+            "100ms",
+        ),
         (
             with("key = \"{stream}/{partition}.json\""),
             "sink[0].s3.key",

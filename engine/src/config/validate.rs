@@ -274,7 +274,9 @@ fn validate_sink(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
             validate_mqtt(i, sink)?;
         }
     }
-    if sink.on_error == ErrorPolicy::DeadLetter && sink.kind != SinkType::Mqtt {
+    if sink.on_error == ErrorPolicy::DeadLetter
+        && !matches!(sink.kind, SinkType::Mqtt | SinkType::S3)
+    {
         return Err(problem(
             key("on_error"),
             "dead_letter needs a sink with a dead-letter destination; file and stdout sinks have none (use fail or skip)",
@@ -483,6 +485,27 @@ fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
     };
     if c.bucket.is_empty() {
         return Err(problem(key("bucket"), "must not be empty"));
+    }
+    match (sink.on_error, c.dead_letter_prefix.as_deref()) {
+        (ErrorPolicy::DeadLetter, None | Some("")) => {
+            return Err(problem(
+                key("dead_letter_prefix"),
+                "missing: on_error = \"dead_letter\" needs the prefix rejected messages go to",
+            ));
+        }
+        (ErrorPolicy::DeadLetter, Some(p)) if p == c.prefix => {
+            return Err(problem(
+                key("dead_letter_prefix"),
+                "must differ from prefix, so dead letters are not taken for data",
+            ));
+        }
+        (ErrorPolicy::DeadLetter, Some(_)) | (_, None) => {}
+        (_, Some(_)) => {
+            return Err(problem(
+                key("dead_letter_prefix"),
+                "is set but on_error is not \"dead_letter\"",
+            ));
+        }
     }
     let region = c.region.clone().unwrap_or_else(|| "us-east-1".to_owned());
     let endpoint =

@@ -33,7 +33,7 @@ use tracing::{debug, info, warn};
 use self::format::{Encoder, FormatOptions, Framing};
 use self::key::{KeyInput, KeyTemplate, parse_time_zone};
 use super::{Acks, Sink, SinkError, SinkStatus};
-use crate::config::{OnShutdown, S3SinkConfig, SinkConfig, SseKind};
+use crate::config::{ErrorPolicy, OnShutdown, S3SinkConfig, SinkConfig, SseKind};
 use crate::message::{Batch, Message, PartitionInfo};
 
 /// The endpoint of `c` in `region`: the custom one (path-style unless told otherwise) or AWS.
@@ -107,6 +107,61 @@ pub fn format_options(c: &S3SinkConfig) -> FormatOptions {
     }
 }
 
+/// Why an object (or a dead letter) failed, and whether trying it again can help.
+#[derive(Debug, Clone)]
+struct Failure {
+    text: String,
+    /// No retry can mend it (access denied, a bucket gone or moved, a limit the object
+    /// breaks): the sink stops, naming it.
+    permanent: bool,
+}
+
+impl Failure {
+    /// A failure that may pass.
+    fn passing(text: impl Into<String>) -> Failure {
+        Failure {
+            text: text.into(),
+            permanent: false,
+        }
+    }
+
+    /// An S3 client error while doing `what`, classified by [`permanent`].
+    fn s3(what: impl std::fmt::Display, e: &spillway_s3::Error) -> Failure {
+        Failure {
+            text: format!("{what}: {e}"),
+            permanent: permanent(e),
+        }
+    }
+}
+
+/// Whether writing the object again cannot succeed: an S3 error that is not retryable (after
+/// the client's own retries), except those that concern this one upload (it was aborted
+/// under us, a part went missing, a body was corrupted on the way), which writing the object
+/// again mends; a TLS failure; a request the client cannot build; an object over S3's limits.
+fn permanent(e: &spillway_s3::Error) -> bool {
+    use spillway_s3::{Error, TransportError};
+    match e {
+        Error::S3(s) => {
+            !s.is_retryable()
+                && !matches!(
+                    s.code.as_str(),
+                    "NoSuchUpload"
+                        | "NoSuchKey"
+                        | "InvalidPart"
+                        | "InvalidPartOrder"
+                        | "BadDigest"
+                        | "InvalidDigest"
+                        | "XAmzContentSHA256Mismatch"
+                        | "IncompleteBody"
+                )
+        }
+        Error::Transport(TransportError::Tls(_) | TransportError::InvalidRequest(_)) => true,
+        Error::Transport(_) | Error::InvalidResponse(_) => false,
+        Error::Config(_) | Error::Limit(_) => true,
+        _ => false,
+    }
+}
+
 /// The object being written for a partition.
 struct Open {
     /// The first message, without its payload (its time and headers make the key).
@@ -153,6 +208,8 @@ struct Finisher {
     retry_min: Duration,
     retry_max: Duration,
     failures: Rc<Cell<u64>>,
+    /// Set by the first failure no retry can mend; the sink then stops with it.
+    fatal: Rc<RefCell<Option<String>>>,
 }
 
 /// The encoder's output is handed to the upload at the end of each batch, and within a batch
@@ -172,6 +229,8 @@ pub struct S3Sink {
     parts: Vec<Option<PartWriter>>,
     key_buf: String,
     finisher: Finisher,
+    /// `on_error = "dead_letter"`: the prefix and the encoder of dead letters.
+    dead_letter: Option<(String, Encoder)>,
     /// Gauges of uploads being completed or aborted by tasks (pruned once a task is done).
     detached: RefCell<Vec<Rc<Gauge>>>,
     /// Most bytes held at once (see `buffered`).
@@ -263,6 +322,19 @@ impl S3Sink {
             retry_min: cfg.retry_min.0,
             retry_max: cfg.retry_max.0,
             failures: Rc::default(),
+            fatal: Rc::default(),
+        };
+        let dead_letter = match (config.on_error, &cfg.dead_letter_prefix) {
+            (ErrorPolicy::DeadLetter, Some(prefix)) => Some((
+                prefix.clone(),
+                Encoder::new(FormatOptions::default()).map_err(err)?,
+            )),
+            (ErrorPolicy::DeadLetter, None) => {
+                return Err(err(
+                    "on_error = \"dead_letter\" needs s3.dead_letter_prefix".to_owned(),
+                ));
+            }
+            _ => None,
         };
         Ok(S3Sink {
             name: config.name.clone(),
@@ -274,6 +346,7 @@ impl S3Sink {
             parts: Vec::new(),
             key_buf: String::new(),
             finisher,
+            dead_letter,
             detached: RefCell::default(),
             peak: Cell::new(0),
             cfg,
@@ -328,6 +401,80 @@ impl S3Sink {
         Ok(self.key_buf.clone())
     }
 
+    /// Whether a key can be rendered for an object that `m` would start; the reason if not.
+    fn probe_key(&mut self, slot: usize, m: &Message) -> Result<(), String> {
+        let Some(w) = self.parts.get(slot).and_then(Option::as_ref) else {
+            return Err("no writer".to_owned());
+        };
+        let ext = w.encoder.extension();
+        let input = KeyInput {
+            partition: &w.info,
+            first: m,
+            last_offset: Some(m.offset),
+            ext: &ext,
+        };
+        self.template
+            .render(&self.cfg.prefix, self.tz, &input, &mut self.key_buf)
+    }
+
+    /// A message the sink cannot write (no key renders for it): to `on_error`. Under
+    /// `dead_letter` it is written on its own under the dead-letter prefix (confirmed once
+    /// stored, in offset order with the partition's objects); otherwise it is reported failed
+    /// (`skip` leaves it out, `fail` stops the engine).
+    fn reject(&mut self, slot: usize, m: &Message, reason: String) {
+        let Some((prefix, encoder)) = self.dead_letter.as_mut() else {
+            self.acks
+                .fail(slot, m.offset, format!("no S3 key: {reason}"));
+            return;
+        };
+        let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let mut key = prefix.clone();
+        for part in [&w.info.stream, &w.info.topic] {
+            key::escape_into(&mut key, part);
+            key.push('/');
+        }
+        key.push_str(&format!("{}/{:020}.json", w.info.partition, m.offset));
+        encoder.begin();
+        encoder.push(&w.info, m);
+        let record = encoder.finish();
+        let mut body = Vec::with_capacity(record.len() + reason.len() + 32);
+        body.extend_from_slice(b"{\"reason\":");
+        crate::json::string(&mut body, reason.as_bytes());
+        body.extend_from_slice(b",\"record\":");
+        body.extend_from_slice(record.strip_suffix(b"\n").unwrap_or(&record));
+        body.extend_from_slice(b"}\n");
+        warn!(
+            sink = %self.name,
+            partition = w.info.partition,
+            offset = m.offset,
+            "writing a rejected message to the dead-letter object {key}: {reason}"
+        );
+        let letter = Letter {
+            slot,
+            partition: w.info.partition,
+            offset: m.offset,
+            key,
+            body: Bytes::from(body),
+        };
+        let previous = w.tail.take();
+        w.tail = Some(monoio::spawn(dead_letter(
+            self.finisher.clone(),
+            Rc::clone(&w.shared),
+            previous,
+            letter,
+        )));
+    }
+
+    /// The failure no retry can mend, once: the sink stops with it.
+    fn check_fatal(&self) -> Result<(), SinkError> {
+        match self.finisher.fatal.borrow_mut().take() {
+            Some(e) => Err(SinkError(format!("sink {:?}: {e}", self.name))),
+            None => Ok(()),
+        }
+    }
+
     /// Abandons an upload in a task (its parts under way are awaited there), still counted
     /// in `buffered` until they are.
     fn abort_detached(&self, upload: ObjectWriter) {
@@ -361,7 +508,7 @@ impl S3Sink {
 
     /// Moves the encoder's output to the pending list, then to the upload once it exceeds
     /// a part (or always, `all`).
-    async fn push_pending(&mut self, slot: usize, all: bool) -> Result<(), String> {
+    async fn push_pending(&mut self, slot: usize, all: bool) -> Result<(), Failure> {
         let part_size = self.cfg.part_size.0;
         let needs_upload = {
             let Some(w) = self.parts[slot].as_mut() else {
@@ -382,7 +529,12 @@ impl S3Sink {
                 .as_ref()
                 .and_then(|w| w.open.as_ref())
                 .map(|o| o.last_offset);
-            let key = self.key_of(slot, last)?;
+            // The key was tried when the object opened (`probe_key`): a failure now is a bug
+            // no retry mends.
+            let key = self.key_of(slot, last).map_err(|e| Failure {
+                text: format!("S3 key: {e}"),
+                permanent: true,
+            })?;
             let mut options = self.upload.clone();
             if let Some(w) = self.parts[slot].as_ref()
                 && let Some(o) = &w.open
@@ -407,7 +559,7 @@ impl S3Sink {
             }
             let writer =
                 ObjectWriter::new(Rc::clone(&self.client), &self.cfg.bucket, &key, &options)
-                    .map_err(|e| format!("object {key}: {e}"))?;
+                    .map_err(|e| Failure::s3(format_args!("object {key}"), &e))?;
             if let Some(open) = self.parts[slot].as_mut().and_then(|w| w.open.as_mut()) {
                 open.upload = Some(writer);
             }
@@ -419,7 +571,10 @@ impl S3Sink {
             return Ok(());
         };
         for chunk in open.pending.drain(..) {
-            upload.append(chunk).await.map_err(|e| e.to_string())?;
+            upload
+                .append(chunk)
+                .await
+                .map_err(|e| Failure::s3("uploading a part", &e))?;
         }
         open.pending_len = 0;
         Ok(())
@@ -446,11 +601,11 @@ impl S3Sink {
         }
         if let Some(e) = w.encoder.error().map(str::to_owned) {
             // An incomplete object must not be completed.
-            self.fail(slot, &format!("encoding the object: {e}"));
+            self.fail(slot, Failure::passing(format!("encoding the object: {e}")));
             return false;
         }
         if let Err(e) = self.push_pending(slot, true).await {
-            self.fail(slot, &e);
+            self.fail(slot, e);
             return false;
         }
         // A completion task may have failed while the output was handed over.
@@ -569,7 +724,7 @@ impl S3Sink {
 
     /// A failed object: abort its upload, keep its offsets unconfirmed, poll again from its
     /// first offset after a backoff.
-    fn fail(&mut self, slot: usize, error: &str) {
+    fn fail(&mut self, slot: usize, error: Failure) {
         let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
@@ -585,7 +740,7 @@ impl S3Sink {
             partition,
             open.first.offset,
             open.count,
-            error,
+            &error,
         );
         if let Some(upload) = open.upload {
             self.abort_detached(upload);
@@ -610,6 +765,11 @@ impl S3Sink {
             .is_some_and(|o| bucket.is_some() && o.bucket != bucket);
         if rotate_before && !self.close(slot).await {
             return false;
+        }
+        let opens = self.parts[slot].as_ref().is_some_and(|w| w.open.is_none());
+        if opens && let Err(reason) = self.probe_key(slot, m) {
+            self.reject(slot, m, reason);
+            return true;
         }
         let Some(w) = self.parts[slot].as_mut() else {
             return false;
@@ -646,7 +806,7 @@ impl S3Sink {
         if waiting >= TAKE_AT
             && let Err(e) = self.push_pending(slot, false).await
         {
-            self.fail(slot, &e);
+            self.fail(slot, e);
             return false;
         }
         let full = output_len >= self.cfg.max_object_size.0
@@ -677,9 +837,19 @@ impl Finisher {
         partition: u32,
         first: u64,
         count: u64,
-        error: &str,
+        error: &Failure,
     ) {
         self.failures.set(self.failures.get() + 1);
+        if error.permanent {
+            let mut fatal = self.fatal.borrow_mut();
+            if fatal.is_none() {
+                *fatal = Some(format!(
+                    "S3 refused an upload for good, so the sink stops (nothing past offset {first} of partition {partition} is committed): {}",
+                    error.text
+                ));
+            }
+            return;
+        }
         let backoff = shared.backoff.get();
         let wait = backoff.mul_f64(0.5 + fastrand::f64());
         shared.backoff.set((backoff * 2).min(self.retry_max));
@@ -687,13 +857,14 @@ impl Finisher {
             sink = %self.sink,
             partition,
             first_offset = first,
-            "S3 upload failed, its {count} messages stay unconfirmed and are written again in about {wait:?}: {error}",
+            "S3 upload failed, its {count} messages stay unconfirmed and are written again in about {wait:?}: {}",
+            error.text
         );
         self.acks.redeliver_at(slot, first, Instant::now() + wait);
     }
 
     /// Records that everything of a partition up to `last` is in complete objects.
-    async fn write_marker(&self, key: &str, last: u64, object: &str) -> Result<(), String> {
+    async fn write_marker(&self, key: &str, last: u64, object: &str) -> Result<(), Failure> {
         let mut body = Vec::with_capacity(128);
         body.extend_from_slice(format!("{{\"last_offset\":{last},\"object\":").as_bytes());
         crate::json::string(&mut body, object.as_bytes());
@@ -710,12 +881,12 @@ impl Finisher {
             spillway_s3::request::Body::from(Bytes::from(body)),
             &options,
         )
-        .map_err(|e| format!("marker {key}: {e}"))?;
+        .map_err(|e| Failure::s3(format_args!("marker {key}"), &e))?;
         self.client
             .execute(req, spillway_s3::actions::put_object::parse)
             .await
             .map(|_| ())
-            .map_err(|e| format!("writing the marker {key}: {e}"))
+            .map_err(|e| Failure::s3(format_args!("writing the marker {key}"), &e))
     }
 }
 
@@ -743,7 +914,7 @@ async fn complete(
             .write_marker(&job.marker, job.last, &info.key)
             .await
             .map(|()| info),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(Failure::s3("completing the object", &e)),
     };
     match result {
         Ok(info) => {
@@ -755,6 +926,63 @@ async fn complete(
         Err(e) => {
             shared.failed.set(true);
             f.retry(&shared, job.slot, job.partition, job.first, job.count, &e);
+            false
+        }
+    }
+}
+
+/// A rejected message on its way to the dead-letter prefix.
+struct Letter {
+    slot: usize,
+    partition: u32,
+    offset: u64,
+    key: String,
+    body: Bytes,
+}
+
+/// Writes a dead letter after the partition's previous object or letter (so the partition's
+/// marker, which the objects after it move, never passes a letter not yet stored), then
+/// confirms its offset. On failure the partition is polled again from the letter's offset, as
+/// for a failed object. `true` when the letter is stored.
+async fn dead_letter(
+    f: Finisher,
+    shared: Rc<Completion>,
+    previous: Option<JoinHandle<bool>>,
+    letter: Letter,
+) -> bool {
+    if let Some(previous) = previous
+        && !previous.await
+    {
+        return false;
+    }
+    let options = ObjectOptions {
+        content_type: Some("application/json".to_owned()),
+        sse: f.sse.clone(),
+        ..ObjectOptions::default()
+    };
+    let put = match spillway_s3::actions::put_object::request(
+        f.client.endpoint(),
+        &f.bucket,
+        &letter.key,
+        spillway_s3::request::Body::from(letter.body),
+        &options,
+    ) {
+        Ok(req) => f
+            .client
+            .execute(req, spillway_s3::actions::put_object::parse)
+            .await
+            .map(|_| ())
+            .map_err(|e| Failure::s3(format_args!("dead letter {}", letter.key), &e)),
+        Err(e) => Err(Failure::s3(format_args!("dead letter {}", letter.key), &e)),
+    };
+    match put {
+        Ok(()) => {
+            f.acks.confirm(letter.slot, letter.offset, letter.offset);
+            true
+        }
+        Err(e) => {
+            shared.failed.set(true);
+            f.retry(&shared, letter.slot, letter.partition, letter.offset, 1, &e);
             false
         }
     }
@@ -853,6 +1081,7 @@ impl Sink for S3Sink {
     }
 
     async fn deliver(&mut self, batch: Batch) -> Result<(), SinkError> {
+        self.check_fatal()?;
         let info = Rc::clone(&batch.partition);
         let slot = info.slot;
         self.writer(&info)?;
@@ -868,7 +1097,7 @@ impl Sink for S3Sink {
             }
         }
         if let Err(e) = self.push_pending(slot, false).await {
-            self.fail(slot, &e);
+            self.fail(slot, e);
         }
         // Once per batch, not per message (the idle flush needs no finer clock).
         if let Some(open) = self.parts[slot].as_mut().and_then(|w| w.open.as_mut()) {
@@ -881,6 +1110,7 @@ impl Sink for S3Sink {
     }
 
     async fn tick(&mut self) -> Result<(), SinkError> {
+        self.check_fatal()?;
         let idle = self.cfg.idle_flush.0;
         let now = Instant::now();
         let due: Vec<usize> = self
@@ -913,6 +1143,7 @@ impl Sink for S3Sink {
     }
 
     async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError> {
+        self.check_fatal()?;
         for slot in 0..self.parts.len() {
             self.take_failure(slot);
             let Some(w) = self.parts[slot].as_mut() else {
