@@ -148,7 +148,10 @@ pub fn timed<P, R: Send>(
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Client {
+    /// The engine, json_lines with this codec, checksum crc32c (the default).
     Ours(Codec),
+    /// The engine, json_lines uncompressed, with another integrity mode.
+    OursWith(ours::Integrity),
     Uploader,
     Peer,
 }
@@ -157,6 +160,7 @@ impl Client {
     fn name(self) -> String {
         match self {
             Client::Ours(c) => format!("ours, json_lines, {}", c.name()),
+            Client::OursWith(i) => format!("ours, json_lines, none, {}", i.name()),
             Client::Uploader => LIMIT.to_owned(),
             Client::Peer => PEER.to_owned(),
         }
@@ -165,6 +169,7 @@ impl Client {
     fn tag(self) -> String {
         match self {
             Client::Ours(c) => format!("ours-{}", c.name()),
+            Client::OursWith(i) => format!("ours-none-{}", i.tag()),
             Client::Uploader => "uploader".to_owned(),
             Client::Peer => "peer".to_owned(),
         }
@@ -323,7 +328,12 @@ fn one(
     let bucket = fx.s3.bucket_dir();
     let name = format!("s3sink-{}-{run}", client.tag());
     match client {
-        Client::Ours(codec) => {
+        Client::Ours(_) | Client::OursWith(_) => {
+            let (codec, integrity) = match client {
+                Client::OursWith(i) => (Codec::None, i),
+                Client::Ours(c) => (c, ours::Integrity::Crc32c),
+                _ => (Codec::None, ours::Integrity::Crc32c),
+            };
             let measure = ours::run(&ours::Job {
                 iggy: fx.iggy,
                 stream: fx.stream,
@@ -333,10 +343,11 @@ fn one(
                 s3: fx.s3,
                 name: &name,
                 codec,
+                integrity,
                 core: fx.core,
             })?;
             let dir = bucket.join(&name);
-            let keep = codec == Codec::None && json.is_none();
+            let keep = client == Client::Ours(Codec::None) && json.is_none();
             let stored = data::read_objects(&dir, codec, keep)?;
             remove(&dir)?;
             if stored.lines != fx.plan.messages() {
@@ -403,7 +414,7 @@ fn summary_table(summaries: &[Summary]) -> String {
                 format!("{:.1}", s.object_mb_s),
                 format!("{:.3}", s.cpu_s_per_gib),
                 pct(s.server_percent),
-                if matches!(s.client, Client::Ours(_)) {
+                if matches!(s.client, Client::Ours(_) | Client::OursWith(_)) {
                     pct(s.stand_in_percent)
                 } else {
                     "-".to_owned()
@@ -458,6 +469,9 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         Client::Ours(Codec::None),
         Client::Ours(Codec::Gzip),
         Client::Ours(Codec::Zstd),
+        Client::OursWith(ours::Integrity::Nothing),
+        Client::OursWith(ours::Integrity::Md5),
+        Client::OursWith(ours::Integrity::Signed),
         Client::Uploader,
     ];
     if peer::AVAILABLE {
@@ -467,7 +481,9 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         let only: Vec<&str> = only.split(',').map(str::trim).collect();
         clients.retain(|c| only.contains(&c.tag().as_str()));
         // The others upload the bytes of ours' first uncompressed run.
-        if clients.iter().any(|c| !matches!(c, Client::Ours(_)))
+        if clients
+            .iter()
+            .any(|c| !matches!(c, Client::Ours(_) | Client::OursWith(_)))
             && !clients.contains(&Client::Ours(Codec::None))
         {
             clients.insert(0, Client::Ours(Codec::None));
@@ -536,6 +552,31 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
             peer_name: name,
             unit: "% of a core",
             better: Better::Neither,
+        });
+    }
+    // What each way of protecting the bodies on the wire costs, beside the default (crc32c).
+    for integrity in [
+        ours::Integrity::Nothing,
+        ours::Integrity::Md5,
+        ours::Integrity::Signed,
+    ] {
+        let (Some(o), Some(base)) = (
+            find(Client::OursWith(integrity)),
+            find(Client::Ours(Codec::None)),
+        ) else {
+            continue;
+        };
+        rows.push(Row {
+            scenario: format!(
+                "iggy_to_s3_{payload_name}_1KiB_json_lines_none_{}_vs_crc32c",
+                integrity.tag()
+            ),
+            metric: "cpu_s_per_GiB",
+            ours: o.cpu_s_per_gib,
+            peer: base.cpu_s_per_gib,
+            peer_name: "ours, crc32c (default)",
+            unit: "CPU s/GiB of payload",
+            better: Better::Lower,
         });
     }
     if let (Some(o), Some(l)) = (find(Client::Ours(Codec::None)), limit) {

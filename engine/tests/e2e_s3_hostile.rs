@@ -356,3 +356,134 @@ fn a_permanent_store_error_after_start_stops_the_engine_naming_it() {
     assert!(log.contains("AccessDenied"), "{}", common::tail(&log, 20));
     assert_eq!(common::stored(&mut admin, &t, "denied", 0), None);
 }
+
+/// The payload (as JSON text) of every record in the data objects under `prefix`, by offset.
+fn payloads_under(s3: &S3Server, prefix: &str) -> Vec<(u64, String)> {
+    let mut out: Vec<(u64, String)> = common::object_files(&s3.bucket_dir())
+        .iter()
+        .filter(|(k, _, _)| k.starts_with(prefix))
+        .flat_map(|(key, path, _)| {
+            std::fs::read_to_string(path)
+                .unwrap()
+                .lines()
+                .map(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l)
+                        .unwrap_or_else(|e| panic!("{key}: a damaged record ({e}): {l}"));
+                    (
+                        v["offset"].as_u64().unwrap(),
+                        v["payload"].to_string(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The fault proxy flips a byte in the body of some uploads, as a broken link or middlebox
+/// would (SigV4 with UNSIGNED-PAYLOAD does not cover the body). With the default
+/// `checksum = "crc32c"` every body carries `x-amz-checksum-crc32c`, s3s-fs refuses the changed
+/// ones (BadDigest), the client sends them again, and every stored record is exactly what Iggy
+/// holds. With `checksum = "none"` (as before) the flipped byte was stored. s3s-fs checks the
+/// checksum of PutObject only (not of parts), so the corrupted objects here are single
+/// PutObjects; a multipart object is checked on the request: the algorithm declared on
+/// CreateMultipartUpload and a checksum on every part.
+#[test]
+fn a_body_corrupted_on_the_way_is_refused_by_its_checksum_and_sent_again() {
+    use spillway_tests::TestMessage;
+    let s3 = S3Server::start().unwrap();
+    let proxy = FaultProxy::start(
+        s3.addr(),
+        FaultPlan::seeded(3)
+            .corrupt(0.3)
+            .only_methods(&["PUT"])
+            .path_contains("/small/")
+            .max_faults(6),
+    )
+    .unwrap();
+    let iggy = IggyServer::start().unwrap();
+    let mut admin = iggy.admin().unwrap();
+    let small = topic(&iggy, "s3crc", 1);
+    let large = topic(&iggy, "s3crcmp", 1);
+    send(&mut admin, &small, 0, "c", 0, 200);
+    let filler = "z".repeat(1000);
+    let batch: Vec<TestMessage> = (0..6_000u64)
+        .map(|n| TestMessage::new(u128::from(n) + 1, format!("{n}-{filler}").into_bytes()))
+        .collect();
+    common::send_all(&mut admin, &large, 0, &batch);
+    let cfg = engine_sections(&iggy)
+        + &proxied_sink(
+            "small",
+            &small,
+            &s3,
+            &proxy,
+            "prefix = \"small/\"\nmax_object_messages = 20\nidle_flush = \"200ms\"\nretry_min = \"50ms\"\nretry_max = \"100ms\"",
+        )
+        + &proxied_sink(
+            "large",
+            &large,
+            &s3,
+            &proxy,
+            "prefix = \"large/\"\npart_size = \"5MiB\"\nidle_flush = \"300ms\"",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "crc", &cfg);
+    common::wait_stored(&mut engine, &mut admin, &small, "small", 199, LONG);
+    common::wait_stored(&mut engine, &mut admin, &large, "large", 5_999, LONG);
+    common::stop_clean(&mut engine, Duration::from_secs(30));
+    let stats = proxy.stats();
+    assert!(stats.corrupted >= 1, "{stats:?}");
+
+    // `send` writes even offsets as JSON objects, odd ones as text.
+    let want: Vec<(u64, String)> = (0..200)
+        .map(|n| {
+            let text = format!("c-p0-{n}");
+            let v = if n % 2 == 0 {
+                serde_json::json!({ "text": text })
+            } else {
+                serde_json::json!(text)
+            };
+            (n, v.to_string())
+        })
+        .collect();
+    assert_eq!(
+        payloads_under(&s3, "small/"),
+        want,
+        "every record as Iggy holds it"
+    );
+
+    let heads = proxy.requests();
+    let header = |h: &spillway_tests::RequestHead, name: &str| {
+        h.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+    let puts: Vec<_> = heads
+        .iter()
+        .filter(|h| h.method == "PUT" && !h.target.contains(".spillway"))
+        .collect();
+    assert!(!puts.is_empty());
+    for h in &puts {
+        assert!(
+            header(h, "x-amz-checksum-crc32c").is_some(),
+            "{} {} has no checksum: {:?}",
+            h.method,
+            h.target,
+            h.headers
+        );
+    }
+    assert!(
+        puts.iter().any(|h| h.target.contains("partNumber=")),
+        "the large object went as parts"
+    );
+    let create = heads
+        .iter()
+        .find(|h| h.method == "POST" && h.target.contains("?uploads"))
+        .expect("a CreateMultipartUpload");
+    assert_eq!(
+        header(create, "x-amz-checksum-algorithm").as_deref(),
+        Some("CRC32C")
+    );
+}

@@ -40,7 +40,9 @@ impl fmt::Display for S3Error {
 impl S3Error {
     /// Whether sending the same request again may succeed: 5xx (but 501 Not Implemented and
     /// 505 HTTP Version Not Supported, which a store answers every time), 503 SlowDown, 408,
-    /// 429 and the codes S3 documents as transient.
+    /// 429, the codes S3 documents as transient, and a body the store found changed on the way
+    /// (`BadDigest`, `XAmzContentSHA256Mismatch`, `IncompleteBody`: a checksum or the signed
+    /// payload hash did not match what arrived, so sending it again mends it).
     pub fn is_retryable(&self) -> bool {
         (matches!(self.status, 500..=599 | 408 | 429) && !matches!(self.status, 501 | 505))
             || matches!(
@@ -52,6 +54,9 @@ impl S3Error {
                     | "RequestTimeTooSkewed"
                     | "Throttling"
                     | "ThrottlingException"
+                    | "BadDigest"
+                    | "XAmzContentSHA256Mismatch"
+                    | "IncompleteBody"
             )
     }
 }

@@ -102,6 +102,21 @@ pub struct ObjectOptions {
     /// Send `Content-MD5` with every body (PutObject, each part): S3 then refuses a body that
     /// changed on the way (`BadDigest`). Worth it with `UNSIGNED-PAYLOAD`.
     pub content_md5: bool,
+    /// A checksum of every body for S3 to check and keep: [`Checksum::Crc32c`] sends
+    /// `x-amz-checksum-crc32c` with PutObject and each part, declares the algorithm on
+    /// CreateMultipartUpload and lists each part's checksum on CompleteMultipartUpload (S3 then
+    /// keeps a composite checksum of the object).
+    pub checksum: Checksum,
+}
+
+/// See [`ObjectOptions::checksum`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Checksum {
+    /// No checksum header.
+    #[default]
+    None,
+    /// CRC-32C (Castagnoli).
+    Crc32c,
 }
 
 /// S3's limit on user metadata: names and values, in bytes.
@@ -241,6 +256,20 @@ impl ObjectOptions {
         }
         if self.content_md5 && matches!(target, Target::PutObject | Target::UploadPart) {
             req.set_header("content-md5", crate::sign::content_md5_base64(&req.body));
+        }
+        if self.checksum == Checksum::Crc32c {
+            match target {
+                Target::PutObject | Target::UploadPart => {
+                    req.set_header(
+                        "x-amz-checksum-crc32c",
+                        crate::sign::crc32c_base64(&req.body),
+                    );
+                }
+                Target::CreateMultipartUpload => {
+                    req.set_header("x-amz-checksum-algorithm", "CRC32C");
+                }
+                Target::CompleteMultipartUpload | Target::Read => {}
+            }
         }
         Ok(())
     }

@@ -144,6 +144,16 @@ pub fn payload_sha256_hex(body: &Body) -> String {
 }
 
 /// MD5 of the body, base64: the value of `Content-MD5`. Computed chunk by chunk.
+/// The CRC-32C (Castagnoli) of `body` as S3 takes it in `x-amz-checksum-crc32c`: the four
+/// bytes big-endian, base64. Hardware-accelerated (SSE 4.2 / ARMv8 CRC) where the CPU has it.
+pub fn crc32c_base64(body: &Body) -> String {
+    let crc = body
+        .chunks()
+        .iter()
+        .fold(0u32, |crc, c| crc32c::crc32c_append(crc, c));
+    base64::engine::general_purpose::STANDARD.encode(crc.to_be_bytes())
+}
+
 pub fn content_md5_base64(body: &Body) -> String {
     let mut h = Md5::new();
     for c in body.chunks() {

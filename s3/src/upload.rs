@@ -96,6 +96,8 @@ pub struct ObjectInfo {
 struct DonePart {
     number: u32,
     etag: String,
+    /// The checksum the part was sent with, for CompleteMultipartUpload.
+    checksum_crc32c: Option<String>,
 }
 
 /// Part uploads report here in the order they finish, so the writer waits for whichever
@@ -313,6 +315,7 @@ impl ObjectWriter {
             body,
             &self.options,
         )?;
+        let checksum_crc32c = req.header("x-amz-checksum-crc32c").map(str::to_owned);
         let client = self.client.clone();
         let held = self.held.clone();
         let finished = self.finished.clone();
@@ -324,6 +327,7 @@ impl ObjectWriter {
             finished.push(res.map(|out| DonePart {
                 number,
                 etag: out.etag,
+                checksum_crc32c,
             }));
         });
         Ok(())
@@ -399,6 +403,7 @@ impl ObjectWriter {
             .map(|p| CompletedPart {
                 part_number: p.number,
                 etag: p.etag.clone(),
+                checksum_crc32c: p.checksum_crc32c.clone(),
             })
             .collect();
         let req = complete_multipart_upload::request(

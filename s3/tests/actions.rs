@@ -13,7 +13,7 @@ use spillway_s3::actions::{
     upload_part,
 };
 use spillway_s3::endpoint::{AddressingStyle, Endpoint, Scheme};
-use spillway_s3::options::{CannedAcl, ObjectOptions, Sse, Target};
+use spillway_s3::options::{CannedAcl, Checksum, ObjectOptions, Sse, Target};
 use spillway_s3::{Body, Error, Method, Request, Response};
 
 use complete_multipart_upload::CompletedPart;
@@ -268,6 +268,7 @@ fn full_options() -> ObjectOptions {
             ("k&v".into(), "a=b/c".into()),
         ],
         content_md5: true,
+        checksum: Checksum::None,
     }
 }
 
@@ -439,6 +440,44 @@ fn customer_key_is_redacted() {
     let req = put_object::request(&aws(), "logs", "k", Body::empty(), &o).unwrap();
     let dbg = format!("{req:?}");
     assert!(!dbg.contains("AAECAwQF"), "{dbg}");
+}
+
+/// CRC-32C on the wire: the checksum of each body (the standard check value of "123456789" is
+/// 0xE3069283), the algorithm declared on CreateMultipartUpload, each part's checksum listed on
+/// CompleteMultipartUpload; and a body the store found changed is worth sending again.
+#[test]
+fn crc32c_checksums_go_on_every_body_and_on_complete() {
+    let o = ObjectOptions {
+        checksum: Checksum::Crc32c,
+        ..ObjectOptions::default()
+    };
+    let body = Body::from_chunks(vec![Bytes::from_static(b"1234"), Bytes::from_static(b"56789")]);
+    let put = put_object::request(&minio(), "b", "k", body.clone(), &o).unwrap();
+    assert_eq!(put.header("x-amz-checksum-crc32c"), Some("4waSgw=="));
+    let part = upload_part::request(&minio(), "b", "k", "up1", 3, body, &o).unwrap();
+    assert_eq!(part.header("x-amz-checksum-crc32c"), Some("4waSgw=="));
+    let create = create_multipart_upload::request(&minio(), "b", "k", &o).unwrap();
+    assert_eq!(create.header("x-amz-checksum-algorithm"), Some("CRC32C"));
+    let parts = [CompletedPart {
+        part_number: 3,
+        etag: "\"e\"".into(),
+        checksum_crc32c: Some("4waSgw==".into()),
+    }];
+    let xml = complete_multipart_upload::body(&parts).unwrap();
+    assert!(
+        xml.contains("<Part><PartNumber>3</PartNumber><ETag>\"e\"</ETag><ChecksumCRC32C>4waSgw==</ChecksumCRC32C></Part>"),
+        "{xml}"
+    );
+    let none = put_object::request(&minio(), "b", "k", Body::empty(), &ObjectOptions::default()).unwrap();
+    assert_eq!(none.header("x-amz-checksum-crc32c"), None);
+
+    let bad_digest = Response {
+        status: 400,
+        headers: Vec::new(),
+        body: Bytes::from_static(b"<Error><Code>BadDigest</Code></Error>"),
+    };
+    let e = put_object::parse(bad_digest).unwrap_err();
+    assert!(e.is_retryable(), "{e}");
 }
 
 #[test]

@@ -9,6 +9,8 @@
 //! - stall: forwards the request, then holds the response for [`FaultPlan::stall_for`] before
 //!   passing it on (longer than the client's timeout, so the client gives up; the server did
 //!   the work, so the retry repeats it);
+//! - corrupt: forwards the request with one byte of its body flipped (in the middle), as a
+//!   broken link or middlebox might: a store that checks a checksum refuses it;
 //! - drip: forwards the request, then passes the rest of the connection's answer on one byte
 //!   every [`FaultPlan::drip_every`] (each read arrives in time; the whole never does);
 //! - answer all: every matching request gets a fixed status and S3 error code (a permanent
@@ -71,6 +73,8 @@ pub struct FaultPlan {
     pub stall: f64,
     /// How long a stalled response is held.
     pub stall_for: Duration,
+    /// Forward with one body byte flipped.
+    pub corrupt: f64,
     /// Forward, then pass the answer on a byte at a time.
     pub drip: f64,
     /// The pause before each dripped byte.
@@ -96,6 +100,7 @@ impl Default for FaultPlan {
             slow_down_503: 0.0,
             stall: 0.0,
             stall_for: Duration::from_secs(5),
+            corrupt: 0.0,
             drip: 0.0,
             drip_every: Duration::from_secs(1),
             seed: 0,
@@ -157,6 +162,12 @@ impl FaultPlan {
         self
     }
 
+    /// A share of the requests (with a body) forwarded with one body byte flipped.
+    pub fn corrupt(mut self, share: f64) -> Self {
+        self.corrupt = share;
+        self
+    }
+
     /// A share of the requests whose answers come one byte every `every`.
     pub fn drip(mut self, share: f64, every: Duration) -> Self {
         self.drip = share;
@@ -194,6 +205,7 @@ impl FaultPlan {
             ("slow_down_503", self.slow_down_503),
             ("stall", self.stall),
             ("drip", self.drip),
+            ("corrupt", self.corrupt),
         ];
         for (name, share) in shares {
             if !(0.0..=1.0).contains(&share) {
@@ -243,6 +255,8 @@ pub struct FaultStats {
     pub stalled: usize,
     /// Requests whose answer was dripped.
     pub dripped: usize,
+    /// Requests forwarded with a body byte flipped.
+    pub corrupted: usize,
     /// Requests answered with the fixed answer.
     pub answered_fixed: usize,
 }
@@ -255,6 +269,7 @@ impl FaultStats {
             + self.slow_down_503
             + self.stalled
             + self.dripped
+            + self.corrupted
             + self.answered_fixed
     }
 }
@@ -267,6 +282,7 @@ enum Fault {
     SlowDown503,
     Stall(Duration),
     Drip(Duration),
+    Corrupt,
     Fixed,
 }
 
@@ -283,7 +299,12 @@ struct Counters {
     stats: FaultStats,
     /// Matching requests decided so far (the index fed to the decision hash).
     decided: u64,
+    /// The heads of the requests read, oldest first (the latest [`MAX_KEPT_HEADS`]).
+    heads: std::collections::VecDeque<RequestHead>,
 }
+
+/// How many request heads the proxy keeps for [`FaultProxy::requests`].
+pub const MAX_KEPT_HEADS: usize = 10_000;
 
 struct Shared {
     upstream: SocketAddr,
@@ -306,6 +327,10 @@ impl Shared {
         let plan = lock(&self.plan).clone();
         let mut c = lock(&self.counters);
         c.stats.requests += 1;
+        if c.heads.len() >= MAX_KEPT_HEADS {
+            c.heads.pop_front();
+        }
+        c.heads.push_back(req.clone());
         let request_no = c.stats.requests as u64;
         let limited = plan.max_faults.is_some_and(|max| c.stats.faults() >= max);
         let fault = if !plan.matches(req) || limited {
@@ -322,6 +347,7 @@ impl Shared {
                 (plan.slow_down_503, Fault::SlowDown503),
                 (plan.stall, Fault::Stall(plan.stall_for)),
                 (plan.drip, Fault::Drip(plan.drip_every)),
+                (plan.corrupt, Fault::Corrupt),
             ];
             let mut edge = 0.0;
             let mut pick = Fault::None;
@@ -342,6 +368,7 @@ impl Shared {
             Fault::SlowDown503 => s.slow_down_503 += 1,
             Fault::Stall(_) => s.stalled += 1,
             Fault::Drip(_) => s.dripped += 1,
+            Fault::Corrupt => s.corrupted += 1,
             Fault::Fixed => s.answered_fixed += 1,
         }
         (fault, plan.answer_all, request_no)
@@ -394,6 +421,7 @@ impl FaultProxy {
             counters: Mutex::new(Counters {
                 stats: FaultStats::default(),
                 decided: 0,
+                heads: std::collections::VecDeque::new(),
             }),
             stop: AtomicBool::new(false),
             sockets: Mutex::new(HashMap::new()),
@@ -434,6 +462,12 @@ impl FaultProxy {
     /// Counters so far.
     pub fn stats(&self) -> FaultStats {
         lock(&self.shared.counters).stats
+    }
+
+    /// The heads of the requests read so far (the latest [`MAX_KEPT_HEADS`]), oldest first:
+    /// what a client sent, to check on the request.
+    pub fn requests(&self) -> Vec<RequestHead> {
+        lock(&self.shared.counters).heads.iter().cloned().collect()
     }
 
     /// Replaces the plan for the requests that come next (counters and the decision index
@@ -533,10 +567,15 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 }
 
 /// The head of a request, as far as the proxy needs it.
-#[derive(Debug)]
-struct RequestHead {
-    method: String,
-    target: String,
+/// A request head as the proxy read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHead {
+    /// `PUT`, `GET` …
+    pub method: String,
+    /// Path and query.
+    pub target: String,
+    /// Header fields, names lower case, in order.
+    pub headers: Vec<(String, String)>,
     content_length: Option<u64>,
     chunked_or_unknown: bool,
     expect_continue: bool,
@@ -556,6 +595,7 @@ fn parse_head(head: &[u8]) -> Option<RequestHead> {
     let mut req = RequestHead {
         method,
         target,
+        headers: Vec::new(),
         content_length: None,
         chunked_or_unknown: false,
         expect_continue: false,
@@ -563,6 +603,7 @@ fn parse_head(head: &[u8]) -> Option<RequestHead> {
     for line in lines.filter(|l| !l.is_empty()) {
         let (name, value) = line.split_once(':')?;
         let value = value.trim();
+        req.headers.push((name.to_ascii_lowercase(), value.to_owned()));
         if name.eq_ignore_ascii_case("content-length") {
             req.content_length = Some(value.parse().ok()?);
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
@@ -611,6 +652,7 @@ impl RequestPump<'_> {
                     *lock(&self.stall) = Some(Hold::Drip(d));
                     self.forward(&head, body_len)
                 }
+                Fault::Corrupt => self.forward_corrupted(&head, body_len),
                 Fault::DropMidBody => {
                     let _ = self.forward(&head, body_len / 2);
                     return;
@@ -697,6 +739,34 @@ impl RequestPump<'_> {
             }
             self.buf.drain(..n);
             left -= n as u64;
+        }
+        true
+    }
+
+    /// As [`Self::forward`], with the byte in the middle of the body flipped.
+    fn forward_corrupted(&mut self, head: &[u8], body_len: u64) -> bool {
+        let flip_at = body_len / 2;
+        if self.upstream.write_all(head).is_err() {
+            return false;
+        }
+        let mut sent = 0u64;
+        while sent < body_len {
+            if self.buf.is_empty() && !self.fill() {
+                return false;
+            }
+            let n = usize::try_from(body_len - sent)
+                .unwrap_or(usize::MAX)
+                .min(self.buf.len());
+            if (sent..sent + n as u64).contains(&flip_at)
+                && let Some(b) = self.buf.get_mut((flip_at - sent) as usize)
+            {
+                *b ^= 0x01;
+            }
+            if self.upstream.write_all(&self.buf[..n]).is_err() {
+                return false;
+            }
+            self.buf.drain(..n);
+            sent += n as u64;
         }
         true
     }

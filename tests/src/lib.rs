@@ -44,7 +44,7 @@ mod transport;
 
 pub use certs::{IssuedCert, TestCa};
 pub use error::{HarnessError, IggyChannel};
-pub use faultproxy::{FaultPlan, FaultProxy, FaultStats, FixedAnswer};
+pub use faultproxy::{FaultPlan, FaultProxy, FaultStats, FixedAnswer, RequestHead};
 pub use iggy::{
     IggyAdmin, IggyProcess, IggyProcessOpts, IggyServer, IggyStandIn, IggyStandInOpts,
     PolledTestBatch, PolledTestMessage, TestConsumer, TestMessage, TestPolling,

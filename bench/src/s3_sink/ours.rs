@@ -37,8 +37,52 @@ pub struct Job<'a> {
     /// The sink's name: its Iggy consumer (fresh per run) and its key prefix.
     pub name: &'a str,
     pub codec: Codec,
+    /// How bodies are protected on the wire.
+    pub integrity: Integrity,
     /// The shard's core.
     pub core: usize,
+}
+
+/// The wire integrity modes of the S3 sink, each measured for its CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Integrity {
+    /// The default: `x-amz-checksum-crc32c` on every body.
+    Crc32c,
+    /// No checksum (`checksum = "none"`), UNSIGNED-PAYLOAD.
+    Nothing,
+    /// CRC32C and `Content-MD5`.
+    Md5,
+    /// CRC32C and a signed payload (SHA-256 of every body).
+    Signed,
+}
+
+impl Integrity {
+    pub fn name(self) -> &'static str {
+        match self {
+            Integrity::Crc32c => "crc32c",
+            Integrity::Nothing => "no checksum",
+            Integrity::Md5 => "crc32c+content_md5",
+            Integrity::Signed => "crc32c+signed_payload",
+        }
+    }
+
+    pub fn tag(self) -> &'static str {
+        match self {
+            Integrity::Crc32c => "crc32c",
+            Integrity::Nothing => "nosum",
+            Integrity::Md5 => "md5",
+            Integrity::Signed => "signed",
+        }
+    }
+
+    fn config(self) -> &'static str {
+        match self {
+            Integrity::Crc32c => "checksum = \"crc32c\"",
+            Integrity::Nothing => "checksum = \"none\"",
+            Integrity::Md5 => "content_md5 = true",
+            Integrity::Signed => "signed_payload = true",
+        }
+    }
 }
 
 /// `request_attempts` of the sink (default 1 here; the engine's default is 8). At start the
@@ -93,6 +137,7 @@ part_size = "{PART}"
 parts_in_flight = {PARTS_IN_FLIGHT}
 idle_flush = "1s"
 request_attempts = {attempts}
+{integrity}
 "#,
         iggy = job.iggy.addr(),
         user = job.iggy.username(),
@@ -111,6 +156,7 @@ request_attempts = {attempts}
         ak = job.s3.access_key(),
         sk = job.s3.secret_key(),
         codec = job.codec.name(),
+        integrity = job.integrity.config(),
         attempts = std::env::var(ATTEMPTS_ENV)
             .ok()
             .and_then(|v| v.parse::<u32>().ok())

@@ -20,7 +20,7 @@ pub use mqtt::{
     DEFAULT_WINDOW, Envelope, MqttSinkConfig, MqttVersion, V311_QOS2_WINDOW, WillConfig,
     password_env,
 };
-pub use s3::{Compression, Format, OnShutdown, S3SinkConfig, SseKind};
+pub use s3::{ChecksumKind, Compression, Format, OnShutdown, S3SinkConfig, SseKind};
 pub use secret::Secret;
 
 use crate::units::{ByteSize, Dur};

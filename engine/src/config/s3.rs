@@ -20,6 +20,17 @@ pub enum OnShutdown {
     Leave,
 }
 
+/// The checksum sent with every body for the store to check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChecksumKind {
+    /// `x-amz-checksum-crc32c` on PutObject and each part, the composite on Complete.
+    #[default]
+    Crc32c,
+    /// None (a store that refuses the checksum headers).
+    None,
+}
+
 /// Server-side encryption.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -119,6 +130,15 @@ pub struct S3SinkConfig {
     /// object counts as failed.
     #[serde(default = "defaults::request_attempts")]
     pub request_attempts: u32,
+    /// The checksum of every body, checked by the store: `crc32c` or `none`.
+    #[serde(default)]
+    pub checksum: ChecksumKind,
+    /// Also send `Content-MD5` with every body (PutObject, each part).
+    #[serde(default)]
+    pub content_md5: bool,
+    /// Sign the SHA-256 of every body (`x-amz-content-sha256`) instead of `UNSIGNED-PAYLOAD`.
+    #[serde(default)]
+    pub signed_payload: bool,
     /// Where messages rejected under `on_error = "dead_letter"` go: one JSON object per
     /// message, `{dead_letter_prefix}{stream}/{topic}/{partition}/{offset}.json`, holding the
     /// reason and the record.

@@ -23,11 +23,17 @@ use crate::xml::escape_text;
 pub struct CompletedPart {
     pub part_number: u32,
     pub etag: String,
+    /// The part's `x-amz-checksum-crc32c`, when the upload declared CRC32C.
+    pub checksum_crc32c: Option<String>,
 }
 
 impl From<(u32, String)> for CompletedPart {
     fn from((part_number, etag): (u32, String)) -> Self {
-        CompletedPart { part_number, etag }
+        CompletedPart {
+            part_number,
+            etag,
+            checksum_crc32c: None,
+        }
     }
 }
 
@@ -94,9 +100,13 @@ pub fn body(parts: &[CompletedPart]) -> Result<String, Error> {
         // Writing to a String cannot fail.
         let _ = write!(
             out,
-            "<Part><PartNumber>{}</PartNumber><ETag>\"{inner}\"</ETag></Part>",
+            "<Part><PartNumber>{}</PartNumber><ETag>\"{inner}\"</ETag>",
             p.part_number
         );
+        if let Some(crc) = &p.checksum_crc32c {
+            let _ = write!(out, "<ChecksumCRC32C>{}</ChecksumCRC32C>", escape_text(crc)?);
+        }
+        out.push_str("</Part>");
     }
     out.push_str("</CompleteMultipartUpload>");
     Ok(out)

@@ -33,7 +33,7 @@ use tracing::{debug, info, warn};
 use self::format::{Encoder, FormatOptions, Framing};
 use self::key::{KeyInput, KeyTemplate, parse_time_zone};
 use super::{Acks, Sink, SinkError, SinkStatus};
-use crate::config::{ErrorPolicy, OnShutdown, S3SinkConfig, SinkConfig, SseKind};
+use crate::config::{ChecksumKind, ErrorPolicy, OnShutdown, S3SinkConfig, SinkConfig, SseKind};
 use crate::message::{Batch, Message, PartitionInfo};
 
 /// The endpoint of `c` in `region`: the custom one (path-style unless told otherwise) or AWS.
@@ -203,7 +203,8 @@ struct Finisher {
     sink: Rc<str>,
     client: Rc<S3Client>,
     bucket: Rc<str>,
-    sse: Option<Sse>,
+    /// The options of the small JSON objects the sink writes itself (markers, dead letters).
+    small: ObjectOptions,
     acks: Acks,
     retry_min: Duration,
     retry_max: Duration,
@@ -255,6 +256,13 @@ impl std::fmt::Debug for S3Sink {
     }
 }
 
+fn checksum_of(c: &S3SinkConfig) -> spillway_s3::options::Checksum {
+    match c.checksum {
+        ChecksumKind::Crc32c => spillway_s3::options::Checksum::Crc32c,
+        ChecksumKind::None => spillway_s3::options::Checksum::None,
+    }
+}
+
 fn sse_of(c: &S3SinkConfig) -> Option<Sse> {
     match c.sse {
         Some(SseKind::S3) => Some(Sse::S3),
@@ -293,6 +301,9 @@ impl S3Sink {
         client_cfg.jitter_seed = shard as u64 + 1;
         client_cfg.retry.max_attempts = cfg.request_attempts.max(1);
         client_cfg.transport.request_timeout = cfg.request_timeout.0;
+        if cfg.signed_payload {
+            client_cfg.payload = spillway_s3::sign::PayloadMode::Signed;
+        }
         client_cfg.transport.min_rate = cfg.min_transfer_rate.0;
         let client = S3Client::new(client_cfg)
             .map_err(|e| err(format!("S3 client: {e}")))?
@@ -306,6 +317,8 @@ impl S3Sink {
             content_encoding: probe.content_encoding().map(str::to_owned),
             storage_class: cfg.storage_class.clone(),
             sse: sse_of(&cfg),
+            content_md5: cfg.content_md5,
+            checksum: checksum_of(&cfg),
             ..ObjectOptions::default()
         };
         upload
@@ -317,7 +330,13 @@ impl S3Sink {
             sink: config.name.as_str().into(),
             client: Rc::clone(&client),
             bucket: cfg.bucket.as_str().into(),
-            sse: upload.options.sse.clone(),
+            small: ObjectOptions {
+                content_type: Some("application/json".to_owned()),
+                sse: upload.options.sse.clone(),
+                content_md5: cfg.content_md5,
+                checksum: checksum_of(&cfg),
+                ..ObjectOptions::default()
+            },
             acks: acks.clone(),
             retry_min: cfg.retry_min.0,
             retry_max: cfg.retry_max.0,
@@ -869,17 +888,13 @@ impl Finisher {
         body.extend_from_slice(format!("{{\"last_offset\":{last},\"object\":").as_bytes());
         crate::json::string(&mut body, object.as_bytes());
         body.push(b'}');
-        let options = ObjectOptions {
-            content_type: Some("application/json".to_owned()),
-            sse: self.sse.clone(),
-            ..ObjectOptions::default()
-        };
+        let options = &self.small;
         let req = spillway_s3::actions::put_object::request(
             self.client.endpoint(),
             &self.bucket,
             key,
             spillway_s3::request::Body::from(Bytes::from(body)),
-            &options,
+            options,
         )
         .map_err(|e| Failure::s3(format_args!("marker {key}"), &e))?;
         self.client
@@ -955,17 +970,13 @@ async fn dead_letter(
     {
         return false;
     }
-    let options = ObjectOptions {
-        content_type: Some("application/json".to_owned()),
-        sse: f.sse.clone(),
-        ..ObjectOptions::default()
-    };
+    let options = &f.small;
     let put = match spillway_s3::actions::put_object::request(
         f.client.endpoint(),
         &f.bucket,
         &letter.key,
         spillway_s3::request::Body::from(letter.body),
-        &options,
+        options,
     ) {
         Ok(req) => f
             .client
