@@ -25,4 +25,7 @@ cargo build --release --locked -p spillway --bin spillway
 cargo run --release --locked -p spillway-bench --no-default-features -- all --quick
 test -s target/bench/report.md && test -s target/bench/report.json
 
+echo "== chaos campaign: one minute of faults against the real servers, then every offset checked"
+cargo run --release --locked -p spillway-bench --no-default-features -- chaos --quick
+
 echo "== all checks passed"

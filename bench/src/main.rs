@@ -12,8 +12,10 @@
 //! spillway-bench scaling [--quick] [--iggy HOST:PORT] [--out FILE]
 //! spillway-bench latency [--quick] [--iggy HOST:PORT] [--out FILE]
 //! spillway-bench all [--quick] [--iggy HOST:PORT] [--out DIR]
+//! spillway-bench chaos [--quick] [--out FILE]
 //! ```
 
+mod chaos;
 mod chart;
 mod codec;
 mod engine;
@@ -77,6 +79,13 @@ scenarios:
            measured from each message's scheduled time (coordinated omission corrected):
            MQTT QoS 1 to mosquitto, and S3 objects (1 s) to s3s-fs; charts
            target/bench/latency_mqtt_qos1.svg and latency_s3.svg
+  chaos    a fault campaign (not part of `all`): the real Iggy server, mosquitto and s3s-fs
+           behind fault proxies, the engine with an MQTT and an S3 sink, and a nemesis that
+           SIGKILLs and restarts the engine, Iggy and s3s-fs, restarts mosquitto, drops and
+           black-holes MQTT connections and stalls or fails S3 requests; then every offset is
+           checked: acknowledged by the broker at least once, in exactly one S3 object, never
+           stored before the broker acknowledged it. One minute with --quick, else three
+           (SPILLWAY_BENCH_CHAOS_SECS, SPILLWAY_BENCH_CHAOS_SEED); fails on any loss
 
 options:
   --quick     fewer and shorter runs, smaller objects (CI smoke); the JSON is still written
@@ -103,6 +112,8 @@ enum Scenario {
     Pipeline,
     Scaling,
     Latency,
+    /// Not part of `all`: a fault campaign, not a measurement.
+    Chaos,
 }
 
 impl Scenario {
@@ -117,6 +128,7 @@ impl Scenario {
             Scenario::Pipeline => "pipeline",
             Scenario::Scaling => "scaling",
             Scenario::Latency => "latency",
+            Scenario::Chaos => "chaos",
         }
     }
 
@@ -152,6 +164,7 @@ impl Scenario {
             "pipeline" => Some(Scenario::Pipeline),
             "scaling" => Some(Scenario::Scaling),
             "latency" => Some(Scenario::Latency),
+            "chaos" => Some(Scenario::Chaos),
             _ => None,
         }
     }
@@ -317,6 +330,14 @@ fn measure(
             });
             let (rows, text) = latency::run(quick, progress)?;
             (rows, text, Vec::new())
+        }
+        Scenario::Chaos => {
+            said(if quick {
+                "quick: one minute of faults, then the checks"
+            } else {
+                "three minutes of faults, then the checks"
+            });
+            chaos::run(quick, progress)?
         }
     };
     eprintln!("{:70}", "");
