@@ -71,6 +71,20 @@ impl Drop for Stallers {
     }
 }
 
+/// `[runtime]` and `[metrics]` serving on `metrics`.
+fn sections(metrics: SocketAddr) -> String {
+    format!(
+        r#"
+[runtime]
+shutdown_timeout = "5s"
+
+[metrics]
+address = "{metrics}"
+log_interval = "0s"
+"#
+    )
+}
+
 fn metrics_addr() -> SocketAddr {
     SocketAddr::from((
         [127, 0, 0, 1],
@@ -88,15 +102,9 @@ fn slow_and_idle_metrics_clients_do_not_hold_up_scrapes_or_a_drain() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.jsonl");
     let metrics = metrics_addr();
-    let cfg = format!(
-        r#"
-[runtime]
-shutdown_timeout = "5s"
-
-[metrics]
-address = "{metrics}"
-log_interval = "0s"
-
+    let cfg = sections(metrics)
+        + &format!(
+            r#"
 [[sink]]
 name = "file-out"
 type = "file"
@@ -111,8 +119,8 @@ rate = 2000
 size = 10
 messages = 0
 "#,
-        out.display()
-    );
+            out.display()
+        );
     let mut engine = Engine::start(dir.path(), "stall", &cfg);
     wait_until(
         "the metrics endpoint answers",
@@ -161,15 +169,9 @@ fn a_fatal_sink_error_ends_the_run_with_exit_1_while_metrics_clients_stall() {
     proxy.refuse_connections(true);
     let dir = tempfile::tempdir().unwrap();
     let metrics = metrics_addr();
-    let cfg = format!(
-        r#"
-[runtime]
-shutdown_timeout = "5s"
-
-[metrics]
-address = "{metrics}"
-log_interval = "0s"
-
+    let cfg = sections(metrics)
+        + &format!(
+            r#"
 [[sink]]
 name = "refused"
 type = "mqtt"
@@ -190,8 +192,8 @@ password = "Wr0ng-pass"
 reconnect_min = "50ms"
 reconnect_max = "100ms"
 "#,
-        proxy.host_port()
-    );
+            proxy.host_port()
+        );
     let mut engine = Engine::start(dir.path(), "refused", &cfg);
     wait_until(
         "the metrics endpoint answers",

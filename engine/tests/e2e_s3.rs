@@ -11,7 +11,9 @@ use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Engine, engine_sections, send, stop_clean, topic, wait_exit_code, wait_stored};
+use common::{
+    Engine, engine_sections, s3_sink, send, stop_clean, topic, wait_exit_code, wait_stored,
+};
 use spillway_tests::{IggyServer, S3Server};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -26,40 +28,6 @@ fn objects(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         .into_iter()
         .map(|(key, path, _)| (key, std::fs::read(path).unwrap()))
         .collect()
-}
-
-fn s3_sink(name: &str, t: &common::Topic, s3: &S3Server, extra: &str) -> String {
-    format!(
-        r#"
-[[sink]]
-name = "{name}"
-type = "s3"
-stream = "{stream}"
-topic = "{topic}"
-partitions = [{parts}]
-poll_interval = "5ms"
-commit_interval = "50ms"
-
-[sink.s3]
-bucket = "{bucket}"
-endpoint = "{endpoint}"
-region = "{region}"
-access_key_id = "{ak}"
-secret_access_key = "{sk}"
-{extra}
-"#,
-        stream = t.stream,
-        topic = t.topic,
-        parts = (0..t.partitions)
-            .map(|p| p.to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
-        bucket = s3.bucket(),
-        endpoint = s3.endpoint(),
-        region = s3.region(),
-        ak = s3.access_key(),
-        sk = s3.secret_key(),
-    )
 }
 
 /// (partition, offset) of every record of json_lines objects, per object key.

@@ -14,7 +14,7 @@ use spillway_tests::{FaultPlan, FaultProxy, IggyServer, S3Server};
 
 const LONG: Duration = Duration::from_secs(60);
 
-/// An S3 sink `name` reading partition 0 of `t`, writing to s3s-fs `s3` through `proxy`.
+/// An S3 sink `name` reading `t` (one partition), writing to s3s-fs `s3` through `proxy`.
 fn proxied_sink(
     name: &str,
     t: &common::Topic,
@@ -22,33 +22,8 @@ fn proxied_sink(
     proxy: &FaultProxy,
     extra: &str,
 ) -> String {
-    format!(
-        r#"
-[[sink]]
-name = "{name}"
-type = "s3"
-stream = "{stream}"
-topic = "{topic}"
-partitions = [0]
-poll_interval = "5ms"
-commit_interval = "50ms"
-
-[sink.s3]
-bucket = "{bucket}"
-endpoint = "http://{proxy}"
-region = "{region}"
-access_key_id = "{ak}"
-secret_access_key = "{sk}"
-{extra}
-"#,
-        stream = t.stream,
-        topic = t.topic,
-        bucket = s3.bucket(),
-        proxy = proxy.host_port(),
-        region = s3.region(),
-        ak = s3.access_key(),
-        sk = s3.secret_key(),
-    )
+    common::s3_sink(name, t, s3, extra)
+        .replace(&s3.endpoint(), &format!("http://{}", proxy.host_port()))
 }
 
 /// A store that answers every upload with `500 InternalError` and a 60 MiB error document.
@@ -369,10 +344,7 @@ fn payloads_under(s3: &S3Server, prefix: &str) -> Vec<(u64, String)> {
                 .map(|l| {
                     let v: serde_json::Value = serde_json::from_str(l)
                         .unwrap_or_else(|e| panic!("{key}: a damaged record ({e}): {l}"));
-                    (
-                        v["offset"].as_u64().unwrap(),
-                        v["payload"].to_string(),
-                    )
+                    (v["offset"].as_u64().unwrap(), v["payload"].to_string())
                 })
                 .collect::<Vec<_>>()
         })

@@ -512,3 +512,39 @@ pub fn object_files(bucket_dir: &Path) -> Vec<(String, PathBuf, u64)> {
         })
         .collect()
 }
+
+/// An S3 sink `name` reading every partition of `t` into the bucket of `s3`, with the extra
+/// `[sink.s3]` lines `extra`.
+pub fn s3_sink(name: &str, t: &Topic, s3: &spillway_tests::S3Server, extra: &str) -> String {
+    format!(
+        r#"
+[[sink]]
+name = "{name}"
+type = "s3"
+stream = "{stream}"
+topic = "{topic}"
+partitions = [{parts}]
+poll_interval = "5ms"
+commit_interval = "50ms"
+
+[sink.s3]
+bucket = "{bucket}"
+endpoint = "{endpoint}"
+region = "{region}"
+access_key_id = "{ak}"
+secret_access_key = "{sk}"
+{extra}
+"#,
+        stream = t.stream,
+        topic = t.topic,
+        parts = (0..t.partitions)
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        bucket = s3.bucket(),
+        endpoint = s3.endpoint(),
+        region = s3.region(),
+        ak = s3.access_key(),
+        sk = s3.secret_key(),
+    )
+}
