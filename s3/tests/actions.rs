@@ -451,7 +451,10 @@ fn crc32c_checksums_go_on_every_body_and_on_complete() {
         checksum: Checksum::Crc32c,
         ..ObjectOptions::default()
     };
-    let body = Body::from_chunks(vec![Bytes::from_static(b"1234"), Bytes::from_static(b"56789")]);
+    let body = Body::from_chunks(vec![
+        Bytes::from_static(b"1234"),
+        Bytes::from_static(b"56789"),
+    ]);
     let put = put_object::request(&minio(), "b", "k", body.clone(), &o).unwrap();
     assert_eq!(put.header("x-amz-checksum-crc32c"), Some("4waSgw=="));
     let part = upload_part::request(&minio(), "b", "k", "up1", 3, body, &o).unwrap();
@@ -468,7 +471,8 @@ fn crc32c_checksums_go_on_every_body_and_on_complete() {
         xml.contains("<Part><PartNumber>3</PartNumber><ETag>\"e\"</ETag><ChecksumCRC32C>4waSgw==</ChecksumCRC32C></Part>"),
         "{xml}"
     );
-    let none = put_object::request(&minio(), "b", "k", Body::empty(), &ObjectOptions::default()).unwrap();
+    let none =
+        put_object::request(&minio(), "b", "k", Body::empty(), &ObjectOptions::default()).unwrap();
     assert_eq!(none.header("x-amz-checksum-crc32c"), None);
 
     let bad_digest = Response {

@@ -603,7 +603,8 @@ fn parse_head(head: &[u8]) -> Option<RequestHead> {
     for line in lines.filter(|l| !l.is_empty()) {
         let (name, value) = line.split_once(':')?;
         let value = value.trim();
-        req.headers.push((name.to_ascii_lowercase(), value.to_owned()));
+        req.headers
+            .push((name.to_ascii_lowercase(), value.to_owned()));
         if name.eq_ignore_ascii_case("content-length") {
             req.content_length = Some(value.parse().ok()?);
         } else if name.eq_ignore_ascii_case("transfer-encoding") {

@@ -104,7 +104,11 @@ pub fn body(parts: &[CompletedPart]) -> Result<String, Error> {
             p.part_number
         );
         if let Some(crc) = &p.checksum_crc32c {
-            let _ = write!(out, "<ChecksumCRC32C>{}</ChecksumCRC32C>", escape_text(crc)?);
+            let _ = write!(
+                out,
+                "<ChecksumCRC32C>{}</ChecksumCRC32C>",
+                escape_text(crc)?
+            );
         }
         out.push_str("</Part>");
     }
