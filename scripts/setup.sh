@@ -4,6 +4,7 @@
 #   - s3s-fs 0.14.1 (cargo): an S3 server that verifies SigV4 signatures, for tests and the bench
 #   - libhwloc15, libudev1 (Debian packages): the runtime needs of the real Iggy server in
 #     ../shared/iggy/, which the tests and the bench start
+#   - the nightly toolchain and cargo-fuzz 0.13.2 (cargo): the fuzz targets the tests build and run
 set -euo pipefail
 
 need_apt=()
@@ -30,4 +31,15 @@ if ! (command -v s3s-fs >/dev/null 2>&1 && s3s-fs --version 2>/dev/null | grep -
   cargo install "s3s-fs@$S3S_VERSION" --features binary --locked
 fi
 
-echo "setup: mosquitto $(mosquitto -h 2>/dev/null | head -n1 | awk '{print $3}'), s3s-fs $S3S_VERSION ready"
+# The fuzz targets (codec/fuzz, s3/fuzz, engine/fuzz): cargo-fuzz on the nightly toolchain.
+if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+  echo "setup: installing the nightly toolchain (the fuzz targets need it)"
+  rustup toolchain install nightly --profile minimal
+fi
+CARGO_FUZZ_VERSION="0.13.2"
+if ! (command -v cargo-fuzz >/dev/null 2>&1 && cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"); then
+  echo "setup: installing cargo-fuzz $CARGO_FUZZ_VERSION (cargo install, about a minute the first time)"
+  cargo install "cargo-fuzz@$CARGO_FUZZ_VERSION" --locked
+fi
+
+echo "setup: mosquitto $(mosquitto -h 2>/dev/null | head -n1 | awk '{print $3}'), s3s-fs $S3S_VERSION, cargo-fuzz $CARGO_FUZZ_VERSION ready"

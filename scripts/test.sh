@@ -25,6 +25,9 @@ cargo build --release --locked -p spillway --bin spillway
 cargo run --release --locked -p spillway-bench --no-default-features -- all --quick
 test -s target/bench/report.md && test -s target/bench/report.json
 
+echo "== fuzz targets: build every one (nightly, overflow checks on), run each for 30 s"
+./scripts/fuzz.sh run 30
+
 echo "== chaos campaign: one minute of faults against the real servers, then every offset checked"
 cargo run --release --locked -p spillway-bench --no-default-features -- chaos --quick
 

@@ -60,7 +60,8 @@ pub fn string(out: &mut Vec<u8>, s: &[u8]) {
     out.push(b'"');
 }
 
-/// Nesting deeper than this is not taken for JSON (serde_json's own limit).
+/// Containers nested this deep are not taken for JSON: serde_json refuses its 128th level, so
+/// at most 127 are (empty containers count too).
 const MAX_DEPTH: usize = 128;
 
 /// Whether `payload` is one complete JSON value (RFC 8259, UTF-8), with whitespace around it
@@ -112,13 +113,13 @@ impl Scanner<'_> {
             self.skip_ws();
             match self.peek() {
                 Some(open @ (b'{' | b'[')) => {
+                    if depth + 1 >= MAX_DEPTH {
+                        return false;
+                    }
                     self.i += 1;
                     self.skip_ws();
                     let close = if open == b'{' { b'}' } else { b']' };
                     if !self.eat(close) {
-                        if depth == MAX_DEPTH {
-                            return false;
-                        }
                         let (word, bit) = (depth / 64, depth % 64);
                         if open == b'{' {
                             stack[word] |= 1 << bit;

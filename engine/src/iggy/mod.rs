@@ -10,4 +10,8 @@ pub mod proto;
 pub use client::{Credentials, IggyClient, PartitionState, wire_ident};
 pub use conn::{Connection, Endpoint};
 pub use error::{IggyError, code_name, eviction_name};
+/// The poll reply decoder, for the fuzz targets and property tests (`engine/fuzz`,
+/// `engine/tests/never_panics.rs`); the engine calls it through [`IggyClient::poll`].
+#[doc(hidden)]
+pub use poll::decode as decode_poll_reply;
 pub use poll::{Polled, RESYNC_SENTINEL};

@@ -157,7 +157,13 @@ pub fn decode_reply(frame: &Bytes, expect_request: Option<u64>) -> Result<Bytes,
             if reply.status != 0 {
                 return Err(IggyError::Status { code: reply.status });
             }
-            let end = (reply.size as usize).min(frame.len());
+            let size = reply.size as usize;
+            if size < HEADER_SIZE {
+                return Err(IggyError::Malformed(format!(
+                    "reply size {size} is below the {HEADER_SIZE}-byte header"
+                )));
+            }
+            let end = size.min(frame.len());
             let body = frame.slice(HEADER_SIZE..end);
             let framed = reply.operation.is_result_framed()
                 || (reply.operation == Operation::Register && !body.is_empty());
