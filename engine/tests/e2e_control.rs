@@ -71,6 +71,25 @@ impl Drop for Stallers {
     }
 }
 
+/// Starts the engine on `config`, waits until its metrics endpoint at `metrics` answers, then
+/// puts 8 dripping and 200 idle clients on it.
+fn start_stalled(
+    dir: &std::path::Path,
+    name: &str,
+    config: &str,
+    metrics: SocketAddr,
+) -> (Engine, Stallers) {
+    let engine = Engine::start(dir, name, config);
+    wait_until(
+        "the metrics endpoint answers",
+        Duration::from_secs(20),
+        || scrape_metrics(metrics).is_some(),
+    );
+    let stallers = Stallers::start(metrics, 8, 200);
+    std::thread::sleep(Duration::from_millis(500));
+    (engine, stallers)
+}
+
 /// `[runtime]` and `[metrics]` serving on `metrics`.
 fn sections(metrics: SocketAddr) -> String {
     format!(
@@ -121,14 +140,7 @@ messages = 0
 "#,
             out.display()
         );
-    let mut engine = Engine::start(dir.path(), "stall", &cfg);
-    wait_until(
-        "the metrics endpoint answers",
-        Duration::from_secs(20),
-        || scrape_metrics(metrics).is_some(),
-    );
-    let stallers = Stallers::start(metrics, 8, 200);
-    std::thread::sleep(Duration::from_millis(500));
+    let (mut engine, stallers) = start_stalled(dir.path(), "stall", &cfg, metrics);
 
     // An honest scrape gets through: at once while there is room, or once the deadline has
     // closed the stallers' connections.
@@ -194,14 +206,7 @@ reconnect_max = "100ms"
 "#,
             proxy.host_port()
         );
-    let mut engine = Engine::start(dir.path(), "refused", &cfg);
-    wait_until(
-        "the metrics endpoint answers",
-        Duration::from_secs(20),
-        || scrape_metrics(metrics).is_some(),
-    );
-    let stallers = Stallers::start(metrics, 8, 200);
-    std::thread::sleep(Duration::from_millis(500));
+    let (mut engine, stallers) = start_stalled(dir.path(), "refused", &cfg, metrics);
     proxy.refuse_connections(false);
     let code = wait_exit_code(&mut engine, Duration::from_secs(15));
     drop(stallers);
