@@ -13,7 +13,6 @@ use crate::coremap::CoreMap;
 use crate::iggy::Endpoint;
 use crate::metrics::{Command, Merged, Report, Reports};
 use crate::metrics_http::MetricsServer;
-use crate::runner::FailureClass;
 use crate::shard::{self, ShardHandle};
 
 /// Exit status: everything drained and stored.
@@ -222,10 +221,7 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
                     class,
                 } => {
                     error!(shard, "{message}");
-                    let exit = match class {
-                        FailureClass::Config => EXIT_CONFIG,
-                        FailureClass::Runtime => EXIT_FAILED,
-                    };
+                    let exit = class.exit_code();
                     // The first configuration failure decides the status, as it names the fix.
                     if status != EXIT_CONFIG {
                         status = exit;

@@ -11,6 +11,8 @@ pub mod ack;
 pub mod config;
 pub mod control;
 pub mod coremap;
+pub mod error;
+pub mod flow;
 pub mod generate;
 pub mod iggy;
 pub mod json;

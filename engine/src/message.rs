@@ -18,8 +18,8 @@ pub struct PartitionInfo {
     pub partition: u32,
 }
 
-/// One message.
-#[derive(Debug, Clone)]
+/// One message. Its `Debug` shows the metadata and the sizes, never the payload or headers.
+#[derive(Clone)]
 pub struct Message {
     /// Offset in its partition.
     pub offset: u64,
@@ -33,6 +33,18 @@ pub struct Message {
     pub payload: Bytes,
     /// Raw Iggy user headers (see [`headers`]); empty when there are none.
     pub headers: Bytes,
+}
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Message")
+            .field("offset", &self.offset)
+            .field("id", &self.id)
+            .field("timestamp", &self.timestamp)
+            .field("payload_len", &self.payload.len())
+            .field("headers_len", &self.headers.len())
+            .finish()
+    }
 }
 
 /// Messages of one partition, in offset order.
@@ -234,6 +246,24 @@ pub fn encode_headers(pairs: &[(&str, &str)]) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_shows_no_payload() {
+        let m = Message {
+            offset: 7,
+            id: 1,
+            timestamp: 0,
+            origin_timestamp: 0,
+            payload: Bytes::from_static(b"secret-card-number"),
+            headers: Bytes::from_static(b"hidden"),
+        };
+        let shown = format!("{m:?}");
+        assert!(shown.contains("payload_len: 18"), "{shown}");
+        assert!(
+            !shown.contains("secret") && !shown.contains("hidden"),
+            "{shown}"
+        );
+    }
 
     fn tlv(out: &mut Vec<u8>, kind: u8, data: &[u8]) {
         out.push(kind);

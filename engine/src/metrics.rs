@@ -118,7 +118,7 @@ pub enum Report {
         /// What happened, naming the sink.
         message: String,
         /// How the process should end.
-        class: crate::runner::FailureClass,
+        class: crate::error::ErrorClass,
     },
     /// The shard is done (all its sinks finished or stopped).
     Finished {
@@ -489,7 +489,7 @@ mod tests {
         reports.deliver(Report::Fatal {
             shard: 0,
             message: "refused".into(),
-            class: crate::runner::FailureClass::Runtime,
+            class: crate::error::ErrorClass::Permanent,
         });
         reports.deliver(Report::Finished { shard: 0 });
         let mut got = Vec::new();

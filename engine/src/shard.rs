@@ -14,9 +14,10 @@ use tracing::{error, info};
 
 use crate::config::Config;
 use crate::coremap::ShardPlan;
+use crate::error::{EngineError, ErrorClass};
 use crate::iggy::Endpoint;
 use crate::metrics::{Command, Report, Reports};
-use crate::runner::{FailureClass, Fatal, Runner, ShardState};
+use crate::runner::{Runner, ShardState};
 
 /// The control thread's handle on a shard.
 #[derive(Debug)]
@@ -54,7 +55,7 @@ fn shard_thread(
         reports.deliver(Report::Fatal {
             shard: index,
             message: format!("pinning shard {index} to core {}: {e:?}", plan.core),
-            class: FailureClass::Runtime,
+            class: ErrorClass::Permanent,
         });
         reports.deliver(Report::Finished { shard: index });
         return;
@@ -68,7 +69,7 @@ fn shard_thread(
             reports.deliver(Report::Fatal {
                 shard: index,
                 message: format!("starting the runtime of shard {index}: {e}"),
-                class: FailureClass::Runtime,
+                class: ErrorClass::Permanent,
             });
             reports.deliver(Report::Finished { shard: index });
             return;
@@ -114,7 +115,7 @@ async fn shard_main(
                 let remaining = Rc::clone(&remaining);
                 let reports = Arc::clone(&reports);
                 monoio::spawn(async move {
-                    if let Err(Fatal { message, class }) = runner.run().await {
+                    if let Err(EngineError { message, class }) = runner.run().await {
                         error!(shard = index, "{message}");
                         reports.deliver(Report::Fatal {
                             shard: index,
@@ -125,7 +126,7 @@ async fn shard_main(
                     remaining.set(remaining.get() - 1);
                 });
             }
-            Err(Fatal { message, class }) => {
+            Err(EngineError { message, class }) => {
                 error!(shard = index, "{message}");
                 reports.deliver(Report::Fatal {
                     shard: index,

@@ -182,7 +182,7 @@ fn describe(e: &IggyError) {
             let _ = eviction_name(*reason);
         }
         IggyError::Status { code } => {
-            let _ = code_name(*code);
+            let _ = code_name(code.raw());
         }
         _ => {}
     }

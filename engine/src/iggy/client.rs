@@ -31,7 +31,7 @@ use monoio::time::timeout;
 use secrecy::SecretString;
 
 use super::conn::{Connection, Endpoint};
-use super::error::IggyError;
+use super::error::{IggyError, ResultCode};
 use super::poll::{self, Polled};
 use crate::config::{Ident, Secret};
 use crate::message::Message;
@@ -172,7 +172,7 @@ impl IggyClient {
             .await;
         match reply {
             Ok(body) => Ok(!body.is_empty()),
-            Err(IggyError::Status { code: 1009 | 1010 }) => Ok(false),
+            Err(IggyError::Status { code }) if code.is_missing_stream() => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -195,9 +195,7 @@ impl IggyClient {
         let body = match reply {
             Ok(body) if body.is_empty() => return Ok(None),
             Ok(body) => body,
-            Err(IggyError::Status {
-                code: 1009 | 1010 | 2010 | 2011,
-            }) => return Ok(None),
+            Err(IggyError::Status { code }) if code.is_missing_topic() => return Ok(None),
             Err(e) => return Err(e),
         };
         let topic = GetTopicResponse::decode_from(&body)
@@ -243,7 +241,9 @@ impl IggyClient {
             )
             .await;
         let body = match body {
-            Err(IggyError::Status { code: 5009 }) => {
+            Err(IggyError::Status {
+                code: ResultCode::ConsumerGroupPartitionNotOwned,
+            }) => {
                 return Ok(Polled {
                     partition: poll::RESYNC_SENTINEL,
                     head: 0,

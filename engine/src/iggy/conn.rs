@@ -21,12 +21,6 @@ const MIN_READ: usize = 64 * 1024;
 /// The wait before a request refused as transient is sent again (the official SDK waits 50 ms).
 pub const TRANSIENT_RETRY: Duration = Duration::from_millis(50);
 
-/// Result codes a request may be sent again after, unchanged: 57 `TransientNotCommitted` and 58
-/// `TransientNotAccepted`.
-pub fn is_transient_refusal(code: u32) -> bool {
-    matches!(code, 57 | 58)
-}
-
 enum Stream {
     Plain(TcpStream),
     Tls(Box<ClientTlsStream<TcpStream>>),
@@ -170,12 +164,12 @@ impl Connection {
                 .map_err(|_| IggyError::Timeout("a request"))??;
             match self.state.reply_body(&frame) {
                 Err(IggyError::Status { code: status })
-                    if is_transient_refusal(status)
+                    if status.is_transient_refusal()
                         && std::time::Instant::now() + TRANSIENT_RETRY < deadline =>
                 {
                     tracing::debug!(
                         code,
-                        status,
+                        status = status.raw(),
                         "Iggy answered a transient refusal; sending the same request again"
                     );
                     monoio::time::sleep(TRANSIENT_RETRY).await;

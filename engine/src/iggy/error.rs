@@ -34,8 +34,8 @@ pub enum IggyError {
     },
     /// The server refused the request with an Iggy error code.
     Status {
-        /// The `IggyError` code.
-        code: u32,
+        /// The server's result code.
+        code: ResultCode,
     },
     /// The server does not accept this client's wire protocol version (eviction reason 14):
     /// it is another Iggy version than the one Spillway speaks.
@@ -62,7 +62,13 @@ impl IggyError {
             IggyError::Io(_) | IggyError::Timeout(_) => true,
             IggyError::Evicted { reason } => matches!(reason, 1 | 7 | 8 | 13),
             // 40: the session is gone (e.g. after a stale-client eviction): log in again.
-            IggyError::Status { code } => matches!(code, 30 | 40 | 57 | 58),
+            IggyError::Status { code } => matches!(
+                code,
+                ResultCode::StaleClient
+                    | ResultCode::Unauthenticated
+                    | ResultCode::TransientNotCommitted
+                    | ResultCode::TransientNotAccepted
+            ),
             IggyError::IncompatibleProtocol { .. }
             | IggyError::Malformed(_)
             | IggyError::Tls(_)
@@ -74,6 +80,18 @@ impl IggyError {
     /// speaks another protocol version.
     pub fn is_config(&self) -> bool {
         matches!(self, IggyError::IncompatibleProtocol { .. })
+    }
+
+    /// The class the engine acts on: transient errors reconnect, the others end the run.
+    pub fn class(&self) -> crate::error::ErrorClass {
+        use crate::error::ErrorClass;
+        if self.is_transient() {
+            ErrorClass::Transient
+        } else if self.is_config() {
+            ErrorClass::Config
+        } else {
+            ErrorClass::Permanent
+        }
     }
 }
 
@@ -90,8 +108,9 @@ impl fmt::Display for IggyError {
             IggyError::Status { code } => {
                 write!(
                     f,
-                    "Iggy refused the request: {} (error {code})",
-                    code_name(*code)
+                    "Iggy refused the request: {} (error {})",
+                    code.name(),
+                    code.raw()
                 )
             }
             IggyError::IncompatibleProtocol {
@@ -157,33 +176,179 @@ pub fn eviction_name(reason: u8) -> &'static str {
     }
 }
 
-/// A readable name for the Iggy error codes the engine can meet (from the server's
-/// `IggyError` table).
+/// The Iggy result codes the engine meets, by name (from the server's `IggyError` table);
+/// any other code is kept as `Other`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResultCode {
+    /// 1.
+    Error,
+    /// 3.
+    InvalidCommand,
+    /// 4.
+    InvalidFormat,
+    /// 5.
+    FeatureUnavailable,
+    /// 20: also what a group member hears storing the offset of a partition it lost.
+    ResourceNotFound,
+    /// 30.
+    StaleClient,
+    /// 40: the session is gone (log in again).
+    Unauthenticated,
+    /// 41.
+    Unauthorized,
+    /// 42.
+    InvalidCredentials,
+    /// 43.
+    InvalidUsername,
+    /// 44.
+    InvalidPassword,
+    /// 57: a metadata change not committed yet; the same request may be sent again.
+    TransientNotCommitted,
+    /// 58: not accepted for now; the same request may be sent again.
+    TransientNotAccepted,
+    /// 1009.
+    StreamIdNotFound,
+    /// 1010.
+    StreamNameNotFound,
+    /// 2010.
+    TopicIdNotFound,
+    /// 2011.
+    TopicNameNotFound,
+    /// 3007.
+    PartitionNotFound,
+    /// 4100.
+    InvalidOffset,
+    /// 5000.
+    ConsumerGroupIdNotFound,
+    /// 5003.
+    ConsumerGroupNameNotFound,
+    /// 5006.
+    ConsumerGroupMemberNotFound,
+    /// 5009: the group moved the partition polled.
+    ConsumerGroupPartitionNotOwned,
+    /// A code this list does not name.
+    Other(u32),
+}
+
+const CODES: [(u32, ResultCode, &str); 23] = [
+    (1, ResultCode::Error, "Error"),
+    (3, ResultCode::InvalidCommand, "InvalidCommand"),
+    (4, ResultCode::InvalidFormat, "InvalidFormat"),
+    (5, ResultCode::FeatureUnavailable, "FeatureUnavailable"),
+    (20, ResultCode::ResourceNotFound, "ResourceNotFound"),
+    (30, ResultCode::StaleClient, "StaleClient"),
+    (40, ResultCode::Unauthenticated, "Unauthenticated"),
+    (41, ResultCode::Unauthorized, "Unauthorized"),
+    (42, ResultCode::InvalidCredentials, "InvalidCredentials"),
+    (43, ResultCode::InvalidUsername, "InvalidUsername"),
+    (44, ResultCode::InvalidPassword, "InvalidPassword"),
+    (
+        57,
+        ResultCode::TransientNotCommitted,
+        "TransientNotCommitted",
+    ),
+    (58, ResultCode::TransientNotAccepted, "TransientNotAccepted"),
+    (1009, ResultCode::StreamIdNotFound, "StreamIdNotFound"),
+    (1010, ResultCode::StreamNameNotFound, "StreamNameNotFound"),
+    (2010, ResultCode::TopicIdNotFound, "TopicIdNotFound"),
+    (2011, ResultCode::TopicNameNotFound, "TopicNameNotFound"),
+    (3007, ResultCode::PartitionNotFound, "PartitionNotFound"),
+    (4100, ResultCode::InvalidOffset, "InvalidOffset"),
+    (
+        5000,
+        ResultCode::ConsumerGroupIdNotFound,
+        "ConsumerGroupIdNotFound",
+    ),
+    (
+        5003,
+        ResultCode::ConsumerGroupNameNotFound,
+        "ConsumerGroupNameNotFound",
+    ),
+    (
+        5006,
+        ResultCode::ConsumerGroupMemberNotFound,
+        "ConsumerGroupMemberNotFound",
+    ),
+    (
+        5009,
+        ResultCode::ConsumerGroupPartitionNotOwned,
+        "ConsumerGroupPartitionNotOwned",
+    ),
+];
+
+impl ResultCode {
+    /// The code on the wire.
+    pub fn raw(self) -> u32 {
+        match self {
+            ResultCode::Other(code) => code,
+            known => CODES
+                .iter()
+                .find(|(_, c, _)| *c == known)
+                .map_or(0, |(raw, _, _)| *raw),
+        }
+    }
+
+    /// The server's name for it.
+    pub fn name(self) -> &'static str {
+        CODES
+            .iter()
+            .find(|(_, c, _)| *c == self)
+            .map_or("unknown error", |(_, _, name)| name)
+    }
+
+    /// A refusal after which the same request may be sent again, unchanged (57, 58).
+    pub fn is_transient_refusal(self) -> bool {
+        matches!(
+            self,
+            ResultCode::TransientNotCommitted | ResultCode::TransientNotAccepted
+        )
+    }
+
+    /// The stream (or, with `topic`, the topic) the request names does not exist.
+    pub fn is_missing_stream(self) -> bool {
+        matches!(
+            self,
+            ResultCode::StreamIdNotFound | ResultCode::StreamNameNotFound
+        )
+    }
+
+    /// The topic (or its stream) the request names does not exist.
+    pub fn is_missing_topic(self) -> bool {
+        self.is_missing_stream()
+            || matches!(
+                self,
+                ResultCode::TopicIdNotFound | ResultCode::TopicNameNotFound
+            )
+    }
+}
+
+impl From<u32> for ResultCode {
+    fn from(raw: u32) -> ResultCode {
+        CODES
+            .iter()
+            .find(|(r, _, _)| *r == raw)
+            .map_or(ResultCode::Other(raw), |(_, code, _)| *code)
+    }
+}
+
+/// A readable name for an Iggy error code.
 pub fn code_name(code: u32) -> &'static str {
-    match code {
-        1 => "Error",
-        3 => "InvalidCommand",
-        5 => "FeatureUnavailable",
-        20 => "ResourceNotFound",
-        4 => "InvalidFormat",
-        30 => "StaleClient",
-        40 => "Unauthenticated",
-        41 => "Unauthorized",
-        42 => "InvalidCredentials",
-        43 => "InvalidUsername",
-        44 => "InvalidPassword",
-        57 => "TransientNotCommitted",
-        58 => "TransientNotAccepted",
-        1009 => "StreamIdNotFound",
-        1010 => "StreamNameNotFound",
-        2010 => "TopicIdNotFound",
-        2011 => "TopicNameNotFound",
-        3007 => "PartitionNotFound",
-        4100 => "InvalidOffset",
-        5000 => "ConsumerGroupIdNotFound",
-        5003 => "ConsumerGroupNameNotFound",
-        5006 => "ConsumerGroupMemberNotFound",
-        5009 => "ConsumerGroupPartitionNotOwned",
-        _ => "unknown error",
+    ResultCode::from(code).name()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_code_round_trips() {
+        for (raw, code, name) in CODES {
+            assert_eq!(ResultCode::from(raw), code);
+            assert_eq!(code.raw(), raw);
+            assert_eq!(code.name(), name);
+        }
+        assert_eq!(ResultCode::from(777), ResultCode::Other(777));
+        assert_eq!(ResultCode::Other(777).raw(), 777);
+        assert_eq!(code_name(777), "unknown error");
     }
 }

@@ -9,7 +9,7 @@ pub mod proto;
 
 pub use client::{Credentials, IggyClient, PartitionState, wire_ident};
 pub use conn::{Connection, Endpoint};
-pub use error::{IggyError, code_name, eviction_name};
+pub use error::{IggyError, ResultCode, code_name, eviction_name};
 /// The poll reply decoder, for the fuzz targets and property tests (`engine/fuzz`,
 /// `engine/tests/never_panics.rs`); the engine calls it through [`IggyClient::poll`].
 #[doc(hidden)]

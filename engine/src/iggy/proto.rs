@@ -155,7 +155,9 @@ pub fn decode_reply(frame: &Bytes, expect_request: Option<u64>) -> Result<Bytes,
                 )));
             }
             if reply.status != 0 {
-                return Err(IggyError::Status { code: reply.status });
+                return Err(IggyError::Status {
+                    code: reply.status.into(),
+                });
             }
             let size = reply.size as usize;
             if size < HEADER_SIZE {
@@ -176,7 +178,7 @@ pub fn decode_reply(frame: &Bytes, expect_request: Option<u64>) -> Result<Bytes,
                         .ok_or_else(|| IggyError::Malformed("short result section".to_owned()))?;
                     Ok(body.slice(skip..))
                 }
-                Some(code) => Err(IggyError::Status { code }),
+                Some(code) => Err(IggyError::Status { code: code.into() }),
                 None => Err(IggyError::Malformed("missing result section".to_owned())),
             }
         }
@@ -189,6 +191,7 @@ pub fn decode_reply(frame: &Bytes, expect_request: Option<u64>) -> Result<Bytes,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::iggy::ResultCode;
     use iggy_binary_protocol::codes::{POLL_MESSAGES_CODE, STORE_CONSUMER_OFFSET_CODE};
 
     #[test]
@@ -245,7 +248,9 @@ mod tests {
         let denied = reply(1009, Operation::NonReplicated, 3, b"");
         assert!(matches!(
             decode_reply(&denied, None),
-            Err(IggyError::Status { code: 1009 })
+            Err(IggyError::Status {
+                code: ResultCode::StreamIdNotFound
+            })
         ));
         let mut framed = 0u32.to_le_bytes().to_vec();
         framed.extend_from_slice(b"rest");

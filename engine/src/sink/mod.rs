@@ -6,7 +6,9 @@
 //! line), failed for good (with a reason, handled by the sink's `on_error` policy), or to be
 //! redelivered (the sink dropped it; the engine polls again from that offset). Outcomes may
 //! come in any order and from any task of the shard; the engine commits to Iggy only the
-//! contiguous low watermark of confirmed offsets.
+//! contiguous low watermark of confirmed offsets. A batch polled before the engine took a
+//! redelivery of its partition is never delivered (the flow drops it), so a sink need not
+//! look for one.
 
 mod file;
 pub mod mqtt;
@@ -128,16 +130,6 @@ impl Acks {
                 not_before: Some(at),
             },
         });
-    }
-
-    /// Whether a redelivery of partition `slot` is queued and not yet taken by the engine: a
-    /// batch delivered now was polled before it and continues the dropped data.
-    pub fn redelivery_queued(&self, slot: usize) -> bool {
-        self.inner
-            .queue
-            .borrow()
-            .iter()
-            .any(|a| a.slot == slot && matches!(a.outcome, Outcome::Redeliver { .. }))
     }
 
     /// Moves the queued reports into `out`.

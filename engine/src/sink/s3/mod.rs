@@ -1097,10 +1097,6 @@ impl Sink for S3Sink {
         let slot = info.slot;
         self.writer(&info)?;
         self.take_failure(slot);
-        if self.acks.redelivery_queued(slot) {
-            // Polled before the engine took the redelivery: these are polled again.
-            return Ok(());
-        }
         for m in &batch.messages {
             if !self.write_message(slot, m).await {
                 // The object failed: the rest of the batch is polled again.

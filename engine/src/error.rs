@@ -1,0 +1,79 @@
+//! The error that ends a runner, with its class: what the exit code and the log come from.
+
+use std::fmt;
+
+/// What kind of failure it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// It may go away by itself (a lost connection, a server busy for now): the runner
+    /// reconnects or retries; a run that still ends with one exits 1.
+    Transient,
+    /// Retrying cannot help (a refused login, a rejected message under `on_error = "fail"`,
+    /// a store that refuses our credentials): exit 1.
+    Permanent,
+    /// The configuration cannot work with the peer it names (an Iggy server that speaks
+    /// another protocol version, a bad key in the file): exit 2.
+    Config,
+}
+
+impl ErrorClass {
+    /// The process exit status for a run that ended with this.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ErrorClass::Transient | ErrorClass::Permanent => crate::control::EXIT_FAILED,
+            ErrorClass::Config => crate::control::EXIT_CONFIG,
+        }
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorClass::Transient => "transient",
+            ErrorClass::Permanent => "permanent",
+            ErrorClass::Config => "configuration",
+        })
+    }
+}
+
+/// Why a runner ended (or why a source request failed), naming the sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineError {
+    /// What kind.
+    pub class: ErrorClass,
+    /// What happened.
+    pub message: String,
+}
+
+impl EngineError {
+    /// An error of `class`.
+    pub fn new(class: ErrorClass, message: impl Into<String>) -> EngineError {
+        EngineError {
+            class,
+            message: message.into(),
+        }
+    }
+
+    /// A failure that retrying cannot mend.
+    pub fn permanent(message: impl Into<String>) -> EngineError {
+        EngineError::new(ErrorClass::Permanent, message)
+    }
+
+    /// A failure that may go away.
+    pub fn transient(message: impl Into<String>) -> EngineError {
+        EngineError::new(ErrorClass::Transient, message)
+    }
+
+    /// A configuration that cannot work.
+    pub fn config(message: impl Into<String>) -> EngineError {
+        EngineError::new(ErrorClass::Config, message)
+    }
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for EngineError {}

@@ -1,0 +1,493 @@
+//! A seeded simulation of the flow against a simulated Iggy and a simulated sink, in the
+//! manner of FoundationDB's and TigerBeetle's simulators: random interleavings of polls,
+//! confirmations in any order, sink failures and redeliveries, source errors, group
+//! assignment changes, drains, stops and crashes (a restart from what was stored), with the
+//! delivery contract checked after every step:
+//!
+//! - safety: an offset is stored only when every offset up to it was confirmed (or skipped);
+//!   a partition never has more unconfirmed messages than its window;
+//! - liveness: once the faults stop, everything produced is confirmed and stored.
+//!
+//! `SPILLWAY_SIM_SEEDS` (default 2000) sets how many seeds run; `SPILLWAY_SIM_SEED=N` replays
+//! one. A failing seed is printed with the step and the recent history.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::tests::{config, iggy, message};
+use super::*;
+use crate::sink::{Ack, Outcome};
+
+const PARTITIONS: u32 = 3;
+
+/// The simulated Iggy: partitions that grow, stored consumer offsets that survive crashes,
+/// and a group assignment that changes.
+struct Server {
+    len: BTreeMap<PartitionId, u64>,
+    stored: BTreeMap<PartitionId, Offset>,
+    generation: u64,
+    assigned: Vec<PartitionId>,
+}
+
+/// The simulated sink: what it was given and has not reported on yet, per partition.
+struct SimSink {
+    pending: Vec<(Slot, PartitionId, u64)>,
+    events: VecDeque<Ack>,
+}
+
+struct World {
+    rng: fastrand::Rng,
+    now: Instant,
+    server: Server,
+    sink: SimSink,
+    /// Every offset the sink really confirmed (or the flow skipped), per partition.
+    done: BTreeMap<PartitionId, BTreeSet<u64>>,
+    flow: Flow,
+    cfg: FlowConfig,
+    budget: Rc<Budget>,
+    /// Fault rates in percent; zero once the faults stop.
+    faults: u32,
+    history: VecDeque<String>,
+    restarts: u32,
+    stops: u32,
+    /// Keep a history of the last steps (when replaying one seed).
+    verbose: bool,
+}
+
+impl World {
+    fn new(seed: u64) -> World {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let group = rng.bool();
+        let explicit: Vec<u32> = if group {
+            Vec::new()
+        } else {
+            (1..=PARTITIONS).collect()
+        };
+        let mut cfg = config(iggy(&explicit, group));
+        cfg.seed = seed;
+        cfg.window_messages = rng.u32(4..60);
+        cfg.batch_size = rng.u32(1..20);
+        cfg.commit_every = rng.u64(1..50);
+        cfg.commit_interval = Duration::from_millis(rng.u64(1..200));
+        cfg.on_error = if rng.bool() {
+            ErrorPolicy::Skip
+        } else {
+            ErrorPolicy::Fail
+        };
+        cfg.pacing = if rng.u8(0..4) == 0 {
+            Pacing::SinkBuffered
+        } else {
+            Pacing::Windows
+        };
+        let now = Instant::now();
+        let budget = Budget::new(rng.u64(200..5_000));
+        let flow = Flow::new(cfg.clone(), Rc::clone(&budget), now);
+        let parts: Vec<PartitionId> = (1..=PARTITIONS).map(PartitionId).collect();
+        World {
+            now,
+            server: Server {
+                len: parts.iter().map(|&p| (p, rng.u64(0..30))).collect(),
+                stored: BTreeMap::new(),
+                generation: 1,
+                assigned: parts.clone(),
+            },
+            sink: SimSink {
+                pending: Vec::new(),
+                events: VecDeque::new(),
+            },
+            done: parts.iter().map(|&p| (p, BTreeSet::new())).collect(),
+            flow,
+            cfg,
+            budget,
+            faults: rng.u32(1..15),
+            rng,
+            history: VecDeque::new(),
+            restarts: 0,
+            stops: 0,
+            verbose: false,
+        }
+    }
+
+    fn log(&mut self, what: impl FnOnce() -> String) {
+        if !self.verbose {
+            return;
+        }
+        let what = what();
+        if self.history.len() == 40 {
+            self.history.pop_front();
+        }
+        self.history.push_back(what);
+    }
+
+    fn fault(&mut self) -> bool {
+        self.faults > 0 && self.rng.u32(0..100) < self.faults
+    }
+
+    fn group(&self) -> bool {
+        matches!(&self.cfg.source, SourcePlan::Iggy(p) if p.group)
+    }
+
+    /// Restarts the engine from what the server stored: everything in flight is gone.
+    fn restart(&mut self) {
+        self.restarts += 1;
+        self.sink.pending.clear();
+        self.sink.events.clear();
+        self.budget = Budget::new(self.budget.limit());
+        self.flow = Flow::new(self.cfg.clone(), Rc::clone(&self.budget), self.now);
+    }
+
+    /// The sink does something with what it holds.
+    fn sink_step(&mut self) {
+        if self.sink.pending.is_empty() {
+            return;
+        }
+        let i = self.rng.usize(0..self.sink.pending.len());
+        let roll = self.rng.u32(0..100);
+        if roll < 3 && self.faults > 0 {
+            // Drop this and everything after it in its partition, and ask for it again.
+            let (slot, p, offset) = self.sink.pending[i];
+            self.sink
+                .pending
+                .retain(|&(s, q, o)| !(s == slot && q == p && o >= offset));
+            let not_before = self
+                .rng
+                .bool()
+                .then(|| self.now + Duration::from_millis(self.rng.u64(0..50)));
+            self.sink.events.push_back(Ack {
+                slot: slot.0,
+                first: offset,
+                last: u64::MAX,
+                outcome: Outcome::Redeliver { not_before },
+            });
+        } else if self.faults > 0
+            && (roll < 5 && self.cfg.on_error == ErrorPolicy::Skip
+                || roll == 5 && self.rng.u32(0..10) == 0)
+        {
+            // Rejected for good: skipped, or (rarely, it ends the run) fatal under `fail`.
+            let (slot, p, offset) = self.sink.pending.swap_remove(i);
+            if self.cfg.on_error == ErrorPolicy::Skip {
+                // Skipped counts as handled: the watermark may pass it.
+                self.done.entry(p).or_default().insert(offset);
+            }
+            self.sink.events.push_back(Ack {
+                slot: slot.0,
+                first: offset,
+                last: offset,
+                outcome: Outcome::Failed("rejected".to_owned()),
+            });
+        } else {
+            // Confirm a run of what it holds of one partition, out of order.
+            let (slot, p, offset) = self.sink.pending[i];
+            let run = self.rng.u64(1..8);
+            let mut last = offset;
+            self.sink.pending.retain(|&(s, q, o)| {
+                let take = s == slot && q == p && o >= offset && o < offset + run;
+                if take {
+                    last = last.max(o);
+                }
+                !take
+            });
+            for o in offset..=last {
+                self.done.entry(p).or_default().insert(o);
+            }
+            self.sink.events.push_back(Ack {
+                slot: slot.0,
+                first: offset,
+                last,
+                outcome: Outcome::Confirmed,
+            });
+        }
+    }
+
+    fn step(&mut self) -> Result<(), String> {
+        // The world moves on.
+        self.now += Duration::from_millis(self.rng.u64(0..5));
+        if self.rng.u32(0..100) < 20 {
+            let p = PartitionId(self.rng.u32(1..=PARTITIONS));
+            *self.server.len.entry(p).or_default() += self.rng.u64(1..10);
+        }
+        if self.group() && self.fault() && self.rng.u32(0..100) < 10 {
+            let assigned: Vec<PartitionId> = (1..=PARTITIONS)
+                .map(PartitionId)
+                .filter(|_| self.rng.bool())
+                .collect();
+            self.server.generation += 1;
+            self.server.assigned = assigned;
+            let assigned = &self.server.assigned;
+            let what = format!("assignment {assigned:?}");
+            self.log(|| what);
+        }
+        for _ in 0..self.rng.usize(0..3) {
+            self.sink_step();
+        }
+        if self.fault() && self.rng.u32(0..100) < 3 {
+            self.log(|| "crash".to_owned());
+            self.restart();
+            return Ok(());
+        }
+        if self.fault() && self.rng.u32(0..100) < 2 {
+            let mode = if self.rng.bool() {
+                Mode::Stop
+            } else {
+                Mode::Drain(self.now + Duration::from_millis(self.rng.u64(0..300)))
+            };
+            self.log(|| format!("mode {mode:?}"));
+            self.flow.handle_mode(self.now, mode);
+        }
+        if self.cfg.pacing == Pacing::SinkBuffered {
+            let held = self.sink.pending.len() as u64 * 10;
+            self.flow.handle_sink_buffered(held);
+        }
+        while let Some(ack) = self.sink.events.pop_front() {
+            self.log(|| format!("event {ack:?}"));
+            self.flow.handle_sink_event(self.now, ack);
+        }
+        let action = self.flow.poll_action(self.now);
+        let now = self.now;
+        self.log(|| format!("{now:?} -> {action:?}"));
+        self.perform(action)?;
+        self.check()
+    }
+
+    fn transient(&mut self) -> bool {
+        let fail = self.fault() && self.rng.u32(0..100) < 20;
+        if fail {
+            self.flow
+                .handle_source_error(self.now, EngineError::transient("simulated loss"));
+        }
+        fail
+    }
+
+    fn perform(&mut self, action: Action) -> Result<(), String> {
+        let now = self.now;
+        match action {
+            Action::Connect => {
+                if !self.transient() {
+                    self.flow.handle_connected(now);
+                }
+            }
+            Action::JoinGroup => {
+                if !self.transient() {
+                    self.flow.handle_joined(now);
+                }
+            }
+            Action::SyncGroup => {
+                if !self.transient() {
+                    let assigned = self.server.assigned.clone();
+                    self.flow
+                        .handle_assignment(now, self.server.generation, &assigned);
+                }
+            }
+            Action::Ping => {
+                if !self.transient() {
+                    self.flow.handle_source_ok(now);
+                }
+            }
+            Action::Open { partition, .. } => {
+                if !self.transient() {
+                    let found = Opened {
+                        stored: self.server.stored.get(&partition).copied(),
+                        sink_done: None,
+                        head: None,
+                    };
+                    self.flow.handle_opened(now, partition, found);
+                }
+            }
+            Action::Store {
+                slot,
+                partition,
+                offset,
+            } => {
+                if self.group() && !self.server.assigned.contains(&partition) {
+                    self.flow.handle_store_refused(now, slot, offset);
+                } else if !self.transient() {
+                    self.check_storable(partition, offset)?;
+                    self.server.stored.insert(partition, offset);
+                    self.flow.handle_stored(now, slot, offset);
+                }
+            }
+            Action::Poll {
+                slot,
+                partition,
+                offset,
+                count,
+            } => {
+                if self.group() && !self.server.assigned.contains(&partition) {
+                    self.flow.handle_fenced(now);
+                    return Ok(());
+                }
+                if self.transient() {
+                    return Ok(());
+                }
+                let len = self.server.len.get(&partition).copied().unwrap_or(0);
+                let end = len.min(offset.0 + u64::from(count));
+                let mut batch: Vec<Message> = (offset.0..end)
+                    .map(|o| message(o, self.rng.usize(1..40)))
+                    .collect();
+                // The sink acts while the poll is under way; what it reports comes first.
+                for _ in 0..self.rng.usize(0..3) {
+                    self.sink_step();
+                }
+                while let Some(ack) = self.sink.events.pop_front() {
+                    self.flow.handle_sink_event(now, ack);
+                }
+                let head = len.checked_sub(1).map(Offset);
+                if self.flow.handle_polled(now, &mut batch, head, None) {
+                    for m in &batch {
+                        self.sink.pending.push((slot, partition, m.offset));
+                    }
+                }
+            }
+            Action::Release(slot) => {
+                if self.sink.pending.iter().any(|&(s, _, _)| s == slot) {
+                    return Err(format!("{slot:?} released with messages in the sink"));
+                }
+            }
+            Action::TickSink => {}
+            Action::DrainSink { .. } => self.flow.handle_sink_drained(),
+            Action::Wait { until } => {
+                if self.sink.pending.is_empty() {
+                    self.now = self.now.max(until);
+                }
+            }
+            Action::Stop(result) => {
+                self.stops += 1;
+                self.log(|| format!("stopped: {result:?}"));
+                self.restart();
+            }
+        }
+        Ok(())
+    }
+
+    /// Safety: storing `offset` claims every offset up to it is done.
+    fn check_storable(&self, partition: PartitionId, offset: Offset) -> Result<(), String> {
+        let done = &self.done[&partition];
+        let from = self.server.stored.get(&partition).map_or(0, |s| s.0 + 1);
+        if let Some(missing) = (from..=offset.0).find(|o| !done.contains(o)) {
+            return Err(format!(
+                "partition {partition}: storing {offset} but offset {missing} was never confirmed"
+            ));
+        }
+        Ok(())
+    }
+
+    fn check(&self) -> Result<(), String> {
+        for p in (1..=PARTITIONS).map(PartitionId) {
+            if let (Some(slot), Pacing::Windows) = (self.flow.slot(p), self.cfg.pacing) {
+                let inflight = self
+                    .sink
+                    .pending
+                    .iter()
+                    .filter(|&&(s, q, _)| s == slot && q == p)
+                    .count();
+                if inflight > self.cfg.window_messages as usize {
+                    return Err(format!(
+                        "partition {p}: {inflight} in the sink, window {}",
+                        self.cfg.window_messages
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Liveness: faults off, everything gets confirmed and stored.
+    fn settle(&mut self) -> Result<(), String> {
+        self.faults = 0;
+        if self.flow.is_done() || self.flow.is_stopping() {
+            self.restart();
+        }
+        self.server.assigned = (1..=PARTITIONS).map(PartitionId).collect();
+        self.server.generation += 1;
+        for _ in 0..20_000 {
+            // Confirm everything the sink holds.
+            while !self.sink.pending.is_empty() {
+                self.sink_step();
+            }
+            while let Some(ack) = self.sink.events.pop_front() {
+                self.flow.handle_sink_event(self.now, ack);
+            }
+            self.flow.handle_sink_buffered(0);
+            let complete = self.server.len.iter().all(|(p, &len)| {
+                len == 0 || self.server.stored.get(p).is_some_and(|s| s.0 + 1 >= len)
+            });
+            if complete {
+                return Ok(());
+            }
+            self.now += Duration::from_millis(1);
+            let action = self.flow.poll_action(self.now);
+            let now = self.now;
+            self.log(|| format!("settling {now:?} -> {action:?}"));
+            if let Action::Stop(r) = &action {
+                // An earlier `fail` stop restarts; the faults are off now.
+                self.log(|| format!("stopped while settling: {r:?}"));
+            }
+            self.perform(action)?;
+            self.check()?;
+        }
+        Err(format!(
+            "not everything was stored once the faults stopped: lengths {:?}, stored {:?}, budget {:?}, flow {:?}, sink holds {}",
+            self.server.len,
+            self.server.stored,
+            self.budget,
+            self.flow,
+            self.sink.pending.len()
+        ))
+    }
+}
+
+fn run_seed(seed: u64, steps: usize, verbose: bool) -> Result<(u32, u32), String> {
+    let mut w = World::new(seed);
+    w.verbose = verbose;
+    for step in 0..steps {
+        if let Err(e) = w.step() {
+            return Err(format!(
+                "seed {seed} step {step}: {e}\nrecent:\n{}",
+                Vec::from(w.history.clone()).join("\n")
+            ));
+        }
+    }
+    w.settle().map_err(|e| {
+        format!(
+            "seed {seed} settling: {e}\nrecent:\n{}",
+            Vec::from(w.history.clone()).join("\n")
+        )
+    })?;
+    Ok((w.restarts, w.stops))
+}
+
+#[test]
+fn the_delivery_contract_holds_over_random_interleavings() {
+    let steps = 800;
+    if let Some(seed) = std::env::var("SPILLWAY_SIM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        if let Err(e) = run_seed(seed, steps, true) {
+            panic!("{e}");
+        }
+        return;
+    }
+    let seeds: u64 = std::env::var("SPILLWAY_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2_000);
+    let (mut restarts, mut stops) = (0, 0);
+    for seed in 0..seeds {
+        match run_seed(seed, steps, false) {
+            Ok((r, s)) => {
+                restarts += r;
+                stops += s;
+            }
+            Err(e) => panic!(
+                "{e}\nreplay: SPILLWAY_SIM_SEED={seed} cargo test -p spillway --lib flow::sim"
+            ),
+        }
+    }
+    // The faults did happen: crashes and stops in the mix.
+    assert!(
+        restarts > seeds as u32 / 2 && stops > 0,
+        "restarts {restarts}, stops {stops}"
+    );
+    eprintln!("{seeds} seeds x {steps} steps: {restarts} restarts, {stops} stops");
+}
