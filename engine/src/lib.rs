@@ -3,7 +3,9 @@
 //!
 //! The data path of one shard: the Iggy source polls the partitions pinned to its core
 //! ([`iggy`], [`runner`]); batches go to the sink ([`sink`]); the sink's confirmations move a
-//! per-partition watermark ([`ack`]) and only that watermark is stored in Iggy. The control
+//! per-partition watermark ([`ack`]) and only that watermark is stored in Iggy. Every decision
+//! on that path (what to poll, when to store, when to reconnect, when a drain is over) is made
+//! by the sans-IO flow core ([`flow`]); the runner only performs its actions. The control
 //! thread ([`control`]) owns signals, metrics ([`metrics`]) and the shards ([`shard`]), which it
 //! reaches only through bounded lock-free queues.
 

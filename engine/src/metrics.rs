@@ -46,6 +46,9 @@ pub struct SinkCounters {
     pub reconnects: u64,
     /// Reconnects of the sink to its destination (e.g. the MQTT broker).
     pub sink_reconnects: u64,
+    /// Sink requests that failed and are being tried again (S3 objects and dead letters polled
+    /// again after a failure).
+    pub sink_retries: u64,
     /// Most messages the sink had in flight at once on one connection (MQTT: QoS 1/2
     /// packet ids).
     pub sink_in_flight_peak: u64,
@@ -244,7 +247,7 @@ impl Merged {
     pub fn prometheus(&self) -> String {
         let mut out = String::with_capacity(4096);
         type Counter = (&'static str, &'static str, fn(&SinkCounters) -> u64);
-        let counters: [Counter; 12] = [
+        let counters: [Counter; 13] = [
             (
                 "spillway_messages_in_total",
                 "Messages polled from the source.",
@@ -304,6 +307,11 @@ impl Merged {
                 "spillway_sink_reconnects_total",
                 "Reconnects of the sink to its destination.",
                 |c| c.sink_reconnects,
+            ),
+            (
+                "spillway_sink_retries_total",
+                "Failed sink requests tried again (S3 objects polled again).",
+                |c| c.sink_retries,
             ),
         ];
         for (name, help, get) in counters {
@@ -445,6 +453,7 @@ fn add(into: &mut SinkCounters, c: &SinkCounters) {
     into.commits += c.commits;
     into.reconnects += c.reconnects;
     into.sink_reconnects += c.sink_reconnects;
+    into.sink_retries += c.sink_retries;
     into.sink_in_flight_peak = into.sink_in_flight_peak.max(c.sink_in_flight_peak);
     into.sink_buffered_peak = into.sink_buffered_peak.max(c.sink_buffered_peak);
 }
@@ -520,6 +529,7 @@ mod tests {
             sink: 0,
             counters: SinkCounters {
                 confirmed,
+                sink_retries: 2,
                 ..SinkCounters::default()
             },
             in_flight: 3,
@@ -544,5 +554,11 @@ mod tests {
         assert!(text.contains("spillway_lag_messages{shard=\"0\",sink=\"a\\\"b\",stream=\"s\",topic=\"t\",partition=\"1\"} 10"));
         assert!(text.contains("spillway_poll_to_confirm_seconds_count{sink=\"a\\\"b\"} 2"));
         assert_eq!(m.totals()[0].0.confirmed, 12);
+        assert!(
+            text.contains("spillway_sink_retries_total{shard=\"0\",sink=\"a\\\"b\"} 2"),
+            "{text}"
+        );
+        assert!(text.contains("spillway_sink_reconnects_total{shard=\"0\",sink=\"a\\\"b\"} 0"));
+        assert_eq!(m.totals()[0].0.sink_retries, 4);
     }
 }

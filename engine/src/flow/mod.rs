@@ -799,6 +799,7 @@ impl Flow {
     pub fn handle_sink_status(&mut self, status: crate::sink::SinkStatus) {
         let mut stats = self.stats.borrow_mut();
         stats.counters.sink_reconnects = status.reconnects;
+        stats.counters.sink_retries = status.retries;
         stats.counters.sink_in_flight_peak = status.in_flight_peak;
         stats.counters.sink_buffered_peak = status.buffered_peak;
     }

@@ -225,6 +225,8 @@ pub trait Sink {
 pub struct SinkStatus {
     /// Reconnects to the destination so far.
     pub reconnects: u64,
+    /// Failed requests tried again so far (S3: objects polled again after a failure).
+    pub retries: u64,
     /// Most messages in flight at once on one connection.
     pub in_flight_peak: u64,
     /// Most bytes the sink held at once (encoded output waiting or uploading: S3).

@@ -257,6 +257,7 @@ impl Sink for MqttSink {
             reconnects: self.links.iter().map(|l| l.reconnects.get()).sum(),
             in_flight_peak: self.peak_in_flight() as u64,
             buffered_peak: 0,
+            retries: 0,
         }
     }
 }

@@ -1191,7 +1191,8 @@ impl Sink for S3Sink {
     fn status(&self) -> SinkStatus {
         let _ = self.buffered();
         SinkStatus {
-            reconnects: self.finisher.failures.get(),
+            reconnects: 0,
+            retries: self.finisher.failures.get(),
             in_flight_peak: 0,
             buffered_peak: self
                 .parts
