@@ -9,6 +9,9 @@ cargo fmt --all -- --check
 echo "== cargo clippy (workspace, all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+echo "== the S3 crate's sans-IO core builds without the runtime (no monoio, rustls or sockets)"
+cargo clippy -p spillway-s3 --no-default-features --lib --locked -- -D warnings
+
 echo "== cargo clippy (test harness with the testcontainers path; compiled, not run: no Docker here)"
 cargo clippy -p spillway-tests --all-targets --features containers --locked -- -D warnings
 

@@ -1,14 +1,17 @@
-//! rustls client configurations for the engine's connections (Iggy now; brokers later): a CA
-//! file or the Mozilla roots, an optional client certificate for mutual TLS.
+//! rustls client configurations for the engine's connections (Iggy, MQTT brokers) from the
+//! files the config names: a CA file or the Mozilla roots, an optional client certificate for
+//! mutual TLS. The TLS set-up itself is `spillway_net::tls`, shared with the S3 transport.
 
-use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-use monoio_rustls::TlsError;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use spillway_net::tls::{ClientAuth, Roots};
+
+fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("reading {what} {}: {e}", path.display()))
+}
 
 /// Builds a client configuration. `ca` is a PEM file of CA certificates (without it the
 /// webpki-roots set); `client` is a (certificate chain PEM, private key PEM) pair for mutual
@@ -18,97 +21,36 @@ pub fn client_config(
     client: Option<(&Path, &Path)>,
     alpn: &[&[u8]],
 ) -> Result<Arc<ClientConfig>, String> {
-    let mut roots = RootCertStore::empty();
-    match ca {
-        Some(path) => {
-            let pem = std::fs::read(path)
-                .map_err(|e| format!("reading the CA file {}: {e}", path.display()))?;
-            let mut count = 0;
-            for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert =
-                    cert.map_err(|e| format!("parsing the CA file {}: {e}", path.display()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("a certificate in {}: {e}", path.display()))?;
-                count += 1;
-            }
-            if count == 0 {
-                return Err(format!(
-                    "the CA file {} holds no certificate",
-                    path.display()
-                ));
-            }
-        }
-        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("choosing TLS versions: {e}"))?
-        .with_root_certificates(roots);
-    let mut config = match client {
-        None => builder.with_no_client_auth(),
-        Some((cert_path, key_path)) => {
-            let pem = std::fs::read(cert_path).map_err(|e| {
-                format!(
-                    "reading the client certificate {}: {e}",
-                    cert_path.display()
-                )
-            })?;
-            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("parsing {}: {e}", cert_path.display()))?;
-            if chain.is_empty() {
-                return Err(format!("{} holds no certificate", cert_path.display()));
-            }
-            let key_pem = std::fs::read(key_path)
-                .map_err(|e| format!("reading the client key {}: {e}", key_path.display()))?;
-            let key = PrivateKeyDer::from_pem_slice(&key_pem)
-                .map_err(|e| format!("parsing the client key {}: {e}", key_path.display()))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| format!("the client certificate and key: {e}"))?
-        }
+    let ca_pem = ca.map(|p| read(p, "the CA file")).transpose()?;
+    let ca_name = ca.map(|p| format!("the CA file {}", p.display()));
+    let auth = match client {
+        None => None,
+        Some((cert, key)) => Some((
+            read(cert, "the client certificate")?,
+            cert.display().to_string(),
+            read(key, "the client key")?,
+            format!("the client key {}", key.display()),
+        )),
     };
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    Ok(Arc::new(config))
+    let roots = Roots {
+        pem: ca_pem.as_deref().zip(ca_name.as_deref()),
+        extra: &[],
+        mozilla_when_empty: true,
+    };
+    let client = auth
+        .as_ref()
+        .map(|(chain, chain_name, key, key_name)| ClientAuth {
+            chain_pem: chain,
+            chain_name,
+            key_pem: key,
+            key_name,
+        });
+    spillway_net::tls::client_config(roots, client, alpn)?
+        .ok_or_else(|| "no trusted roots".to_owned())
 }
 
 /// The name to verify: the override, else the host part of `address` (`host:port`).
 pub fn server_name(address: &str, name: Option<&str>) -> Result<ServerName<'static>, String> {
-    let host = name.unwrap_or_else(|| {
-        address
-            .rsplit_once(':')
-            .map_or(address, |(h, _)| h)
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-    });
-    ServerName::try_from(host.to_owned()).map_err(|e| format!("TLS server name {host:?}: {e}"))
-}
-
-/// Sorts a failed TLS handshake with `address`: `Err` with the rustls reason for a TLS failure
-/// (an untrusted certificate, a wrong name, an alert from the server), which a retry will not
-/// fix; `Ok` with the I/O error for a plain I/O failure during the handshake (reset, closed),
-/// to be retried like a failed connect. (`TlsError`'s own `Display` says only "io error" /
-/// "rustls error", and monoio-rustls wraps the rustls errors of received records in an
-/// `io::Error`.)
-pub fn handshake_failure(address: &str, e: TlsError) -> Result<io::Error, String> {
-    let e = match e {
-        TlsError::Rustls(e) => return Err(format!("TLS handshake with {address}: {e}")),
-        TlsError::Io(e) => e,
-    };
-    match rustls_cause(&e) {
-        Some(tls) => Err(format!("TLS handshake with {address}: {tls}")),
-        None => Ok(io::Error::new(
-            e.kind(),
-            format!("TLS handshake with {address}: {e}"),
-        )),
-    }
-}
-
-/// The rustls error inside an I/O error from a TLS stream (an alert from the peer, a bad
-/// record), if that is what it is.
-pub fn rustls_cause(e: &io::Error) -> Option<&rustls::Error> {
-    e.get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    let host = name.unwrap_or_else(|| address.rsplit_once(':').map_or(address, |(h, _)| h));
+    spillway_net::tls::server_name(host)
 }

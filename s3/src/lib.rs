@@ -53,6 +53,7 @@
 //! ```
 
 pub mod actions;
+#[cfg(feature = "runtime")]
 pub mod client;
 pub mod credentials;
 pub mod endpoint;
@@ -63,7 +64,9 @@ pub mod options;
 pub mod request;
 pub mod retry;
 pub mod sign;
+#[cfg(feature = "runtime")]
 pub mod transport;
+#[cfg(feature = "runtime")]
 pub mod upload;
 pub mod xml;
 

@@ -2,16 +2,13 @@
 //! read into one buffer that the polled payloads then slice without copying.
 
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use monoio::buf::{IoBufMut, SliceMut};
-use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 use monoio::time::timeout;
-use monoio_rustls::{ClientTlsStream, TlsConnector, TlsError};
+use monoio_rustls::ClientTlsStream;
 
 use super::error::IggyError;
 use super::proto::{HEADER_SIZE, RequestState, frame_size};
@@ -51,15 +48,6 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-/// A failed TLS handshake: a TLS failure is [`IggyError::Tls`], a plain I/O failure during the
-/// handshake [`IggyError::Io`] (see [`crate::tls::handshake_failure`]).
-fn handshake_error(address: &str, e: TlsError) -> IggyError {
-    match crate::tls::handshake_failure(address, e) {
-        Ok(io) => IggyError::Io(io),
-        Err(tls) => IggyError::Tls(tls),
-    }
-}
-
 /// An open connection.
 pub struct Connection {
     stream: Stream,
@@ -80,46 +68,30 @@ impl std::fmt::Debug for Connection {
 impl Connection {
     /// Connects (TCP, then TLS when configured) within the connect timeout.
     pub async fn open(endpoint: &Endpoint) -> Result<Connection, IggyError> {
-        let addrs: Vec<SocketAddr> = endpoint
-            .address
-            .to_socket_addrs()
-            .map_err(|e| {
-                IggyError::Io(io::Error::new(
-                    e.kind(),
-                    format!("resolving {}: {e}", endpoint.address),
-                ))
-            })?
-            .collect();
-        let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
-        let mut tcp = None;
-        for addr in addrs {
-            match timeout(endpoint.connect_timeout, TcpStream::connect(addr)).await {
-                Ok(Ok(s)) => {
-                    tcp = Some(s);
-                    break;
-                }
-                Ok(Err(e)) => last = e,
-                Err(_) => last = io::Error::new(io::ErrorKind::TimedOut, "connect timed out"),
-            }
-        }
-        let tcp = tcp.ok_or_else(|| {
-            IggyError::Io(io::Error::new(
-                last.kind(),
-                format!("connecting to {}: {last}", endpoint.address),
-            ))
-        })?;
-        tcp.set_nodelay(true)?;
+        let tcp = spillway_net::connect_address(&endpoint.address, endpoint.connect_timeout)
+            .await
+            .map_err(|e| IggyError::Io(e.into()))?;
         let stream = match &endpoint.tls {
             None => Stream::Plain(tcp),
             Some((config, name)) => {
-                let connector = TlsConnector::from(Arc::clone(config));
-                let tls = timeout(
+                use spillway_net::tls::HandshakeError;
+                let tls = spillway_net::tls::handshake(
+                    config,
+                    name.clone(),
+                    tcp,
                     endpoint.connect_timeout,
-                    connector.connect(name.clone(), tcp),
                 )
                 .await
-                .map_err(|_| IggyError::Timeout("the TLS handshake"))?
-                .map_err(|e| handshake_error(&endpoint.address, e))?;
+                .map_err(|e| match e {
+                    HandshakeError::TimedOut => IggyError::Timeout("the TLS handshake"),
+                    HandshakeError::Tls(e) => {
+                        IggyError::Tls(format!("TLS handshake with {}: {e}", endpoint.address))
+                    }
+                    HandshakeError::Io(e) => IggyError::Io(io::Error::new(
+                        e.kind(),
+                        format!("TLS handshake with {}: {e}", endpoint.address),
+                    )),
+                })?;
                 Stream::Tls(Box::new(tls))
             }
         };
@@ -179,25 +151,13 @@ impl Connection {
         }
     }
 
-    async fn write_all(&mut self, mut data: Bytes) -> Result<(), IggyError> {
+    async fn write_all(&mut self, data: Bytes) -> Result<(), IggyError> {
+        let limit = self.request_timeout;
         match &mut self.stream {
-            Stream::Plain(tcp) => {
-                let (result, _) = tcp.write_all(data).await;
-                result?;
-            }
+            Stream::Plain(tcp) => spillway_net::io::write_all(tcp, data, limit).await?,
             Stream::Tls(tls) => {
-                while !data.is_empty() {
-                    let (result, back) = tls.write(data).await;
-                    data = back;
-                    match result {
-                        Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero).into()),
-                        Ok(n) => data.advance(n),
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-                let result = tls.flush().await;
-                result?;
+                spillway_net::io::write_all(tls.as_mut(), data, limit).await?;
+                spillway_net::io::flush(tls.as_mut(), limit).await?;
             }
         }
         Ok(())
@@ -226,16 +186,13 @@ impl Connection {
     }
 
     async fn read_more(&mut self, need: usize) -> Result<(), IggyError> {
-        self.read.reserve(need.max(MIN_READ));
-        let buf = std::mem::take(&mut self.read);
-        let len = buf.len();
-        let cap = buf.capacity();
-        let room: SliceMut<BytesMut> = buf.slice_mut(len..cap);
-        let (result, room) = match &mut self.stream {
-            Stream::Plain(tcp) => tcp.read(room).await,
-            Stream::Tls(tls) => tls.read(room).await,
+        let room = need.max(MIN_READ);
+        let result = match &mut self.stream {
+            Stream::Plain(tcp) => spillway_net::io::read_more(tcp, &mut self.read, room).await,
+            Stream::Tls(tls) => {
+                spillway_net::io::read_more(tls.as_mut(), &mut self.read, room).await
+            }
         };
-        self.read = room.into_inner();
         match result {
             Ok(0) => Err(IggyError::Io(io::Error::new(
                 io::ErrorKind::UnexpectedEof,

@@ -2,12 +2,9 @@
 //! request, read the response.
 
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
-use monoio::buf::{IoBufMut, SliceMut};
-use monoio::io::{AsyncReadRent, AsyncWriteRent};
+use bytes::{Bytes, BytesMut};
 use monoio::net::TcpStream;
 use monoio::time::timeout;
 use monoio_rustls::{ClientTlsStream, TlsConnector};
@@ -19,8 +16,8 @@ use crate::request::Request;
 
 use super::client::Target;
 use super::config::TransportConfig;
-use super::iovecs::IoVecs;
 use super::tls;
+use spillway_net::IoVecs;
 
 /// Smallest room made in the read buffer before a read.
 const MIN_READ: usize = 16 * 1024;
@@ -79,12 +76,14 @@ impl Conn {
                 Some((connector, tls::server_name(&cfg.tls, &target.host)?))
             }
         };
-        let tcp = timeout(cfg.connect_timeout, connect_tcp(target, &shown))
-            .await
-            .map_err(|_| TransportError::Timeout {
-                phase: "connecting",
-            })??;
-        tcp.set_nodelay(true).map_err(TransportError::Io)?;
+        let tcp = timeout(
+            cfg.connect_timeout,
+            connect_tcp(target, &shown, cfg.connect_timeout),
+        )
+        .await
+        .map_err(|_| TransportError::Timeout {
+            phase: "connecting",
+        })??;
         let stream = match tls {
             None => Stream::Plain(tcp),
             Some((connector, name)) => {
@@ -175,16 +174,13 @@ impl Conn {
     /// Reads once into the free room at the end of the buffer, made at least `need` bytes
     /// (and at least [`MIN_READ`]). `Ok(0)` is the end of the stream.
     async fn read_more(&mut self, need: usize) -> io::Result<usize> {
-        self.buf.reserve(need.max(MIN_READ));
-        let buf = std::mem::take(&mut self.buf);
-        let len = buf.len();
-        let cap = buf.capacity();
-        let room: SliceMut<BytesMut> = buf.slice_mut(len..cap);
-        let (result, room) = match &mut self.stream {
-            Stream::Plain(tcp) => tcp.read(room).await,
-            Stream::Tls(tls) => tls.read(room).await,
+        let room = need.max(MIN_READ);
+        let result = match &mut self.stream {
+            Stream::Plain(tcp) => spillway_net::io::read_more(tcp, &mut self.buf, room).await,
+            Stream::Tls(tls) => {
+                spillway_net::io::read_more(tls.as_mut(), &mut self.buf, room).await
+            }
         };
-        self.buf = room.into_inner();
         match result {
             // rustls reports a close without close_notify as UnexpectedEof: the end of the
             // stream as far as HTTP framing goes (a truncated body is caught by the parser,
@@ -195,28 +191,19 @@ impl Conn {
     }
 }
 
-/// Connects to the first address of `target` that accepts.
-async fn connect_tcp(target: &Target, shown: &str) -> Result<TcpStream, TransportError> {
-    let host = target.host.trim_start_matches('[').trim_end_matches(']');
-    // Name resolution blocks the thread (std resolver); IP literals resolve at once.
-    let addrs: Vec<SocketAddr> = (host, target.port)
-        .to_socket_addrs()
-        .map_err(|source| TransportError::Connect {
+/// Connects to the first address of `target` that accepts (the name resolved off the
+/// thread).
+async fn connect_tcp(
+    target: &Target,
+    shown: &str,
+    within: Duration,
+) -> Result<TcpStream, TransportError> {
+    spillway_net::connect(&target.host, target.port, within)
+        .await
+        .map_err(|e| TransportError::Connect {
             addr: shown.to_owned(),
-            source,
-        })?
-        .collect();
-    let mut last_error = io::Error::new(io::ErrorKind::NotFound, "the host name has no address");
-    for addr in addrs {
-        match TcpStream::connect_addr(addr).await {
-            Ok(tcp) => return Ok(tcp),
-            Err(e) => last_error = e,
-        }
-    }
-    Err(TransportError::Connect {
-        addr: shown.to_owned(),
-        source: last_error,
-    })
+            source: e.source,
+        })
 }
 
 /// Writes the head and body with `writev`, one iovec per buffer, until all is written.
@@ -226,24 +213,21 @@ async fn write_plain(
     req: &Request,
     io_timeout: Duration,
 ) -> Result<(), TransportError> {
-    let mut bufs =
-        IoVecs::new(std::iter::once(head.clone()).chain(req.body.chunks().iter().cloned()));
-    while bufs.remaining() > 0 {
-        let (result, back) =
-            timeout(io_timeout, tcp.writev(bufs))
-                .await
-                .map_err(|_| TransportError::Timeout {
-                    phase: "sending the request",
-                })?;
-        bufs = back;
-        match result {
-            Ok(0) => return Err(TransportError::Io(io::ErrorKind::WriteZero.into())),
-            Ok(n) => bufs.advance(n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(TransportError::Io(e)),
+    let bufs = IoVecs::new(std::iter::once(head.clone()).chain(req.body.chunks().iter().cloned()));
+    spillway_net::io::write_vectored(tcp, bufs, io_timeout)
+        .await
+        .map_err(write_failure)
+}
+
+/// A write that timed out is a [`TransportError::Timeout`]; the others are I/O errors.
+fn write_failure(e: io::Error) -> TransportError {
+    if e.kind() == io::ErrorKind::TimedOut {
+        TransportError::Timeout {
+            phase: "sending the request",
         }
+    } else {
+        TransportError::Io(e)
     }
-    Ok(())
 }
 
 /// Writes the head and body through rustls: chunks under [`TLS_GATHER`] bytes are gathered
@@ -278,23 +262,10 @@ async fn write_tls(
 
 async fn write_all_tls(
     tls: &mut ClientTlsStream<TcpStream>,
-    mut data: Bytes,
+    data: Bytes,
     io_timeout: Duration,
 ) -> Result<(), TransportError> {
-    while !data.is_empty() {
-        let (result, back) =
-            timeout(io_timeout, tls.write(data))
-                .await
-                .map_err(|_| TransportError::Timeout {
-                    phase: "sending the request",
-                })?;
-        data = back;
-        match result {
-            Ok(0) => return Err(TransportError::Io(io::ErrorKind::WriteZero.into())),
-            Ok(n) => data.advance(n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(TransportError::Io(e)),
-        }
-    }
-    Ok(())
+    spillway_net::io::write_all(tls, data, io_timeout)
+        .await
+        .map_err(write_failure)
 }

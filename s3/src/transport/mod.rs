@@ -17,10 +17,9 @@
 mod client;
 mod config;
 mod conn;
-mod iovecs;
 mod pool;
 mod tls;
 
 pub use client::{Client, Target, TransportStats};
 pub use config::{TlsConfig, TransportConfig};
-pub use iovecs::IoVecs;
+pub use spillway_net::IoVecs;

@@ -1,13 +1,10 @@
 //! The rustls client configuration (ring provider) and the TLS handshake.
 
-use std::io;
 use std::sync::Arc;
 
 use monoio::net::TcpStream;
-use monoio_rustls::{ClientTlsStream, TlsConnector, TlsError};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
+use monoio_rustls::{ClientTlsStream, TlsConnector};
+use rustls::pki_types::ServerName;
 
 use crate::error::TransportError;
 
@@ -18,38 +15,14 @@ pub(crate) fn connector(cfg: &TlsConfig) -> Result<Option<TlsConnector>, Transpo
     if let Some(config) = &cfg.client_config {
         return Ok(Some(TlsConnector::from(Arc::clone(config))));
     }
-    let mut roots = RootCertStore::empty();
-    if let Some(pem) = &cfg.ca_pem {
-        let mut count = 0usize;
-        for cert in CertificateDer::pem_slice_iter(pem) {
-            let cert = cert.map_err(|e| TransportError::Tls(format!("parsing the CA PEM: {e}")))?;
-            roots
-                .add(cert)
-                .map_err(|e| TransportError::Tls(format!("adding a CA certificate: {e}")))?;
-            count += 1;
-        }
-        if count == 0 {
-            return Err(TransportError::Tls(
-                "the CA PEM contains no certificate".to_owned(),
-            ));
-        }
-    }
-    for cert in &cfg.roots {
-        roots
-            .add(cert.clone())
-            .map_err(|e| TransportError::Tls(format!("adding a root certificate: {e}")))?;
-    }
-    if roots.is_empty() {
-        return Ok(None);
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TransportError::Tls(format!("choosing TLS protocol versions: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Some(TlsConnector::from(Arc::new(config))))
+    let roots = spillway_net::tls::Roots {
+        pem: cfg.ca_pem.as_deref().map(|pem| (pem, "the CA PEM")),
+        extra: &cfg.roots,
+        mozilla_when_empty: false,
+    };
+    let config = spillway_net::tls::client_config(roots, None, &[b"http/1.1"])
+        .map_err(TransportError::Tls)?;
+    Ok(config.map(TlsConnector::from))
 }
 
 /// The name to verify: the override, else the target host (brackets of an IPv6 literal
@@ -72,15 +45,16 @@ pub(crate) async fn handshake(
     name: ServerName<'static>,
     tcp: TcpStream,
 ) -> Result<ClientTlsStream<TcpStream>, TransportError> {
+    use spillway_net::tls::HandshakeError;
     let shown = name.to_str().into_owned();
-    connector.connect(name, tcp).await.map_err(|e| match e {
-        TlsError::Rustls(e) => TransportError::Tls(format!("handshake with {shown}: {e}")),
-        // monoio-rustls reports the rustls errors it meets while reading (a certificate that
-        // does not verify, an alert from the server) as InvalidData. A close during the
-        // handshake (UnexpectedEof) or a reset stays an I/O error: it may pass.
-        TlsError::Io(e) if e.kind() == io::ErrorKind::InvalidData => {
-            TransportError::Tls(format!("handshake with {shown}: {e}"))
-        }
-        TlsError::Io(e) => TransportError::Io(e),
-    })
+    connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| match spillway_net::tls::sort_failure(e) {
+            HandshakeError::Tls(e) => TransportError::Tls(format!("handshake with {shown}: {e}")),
+            HandshakeError::Io(e) => TransportError::Io(e),
+            HandshakeError::TimedOut => TransportError::Timeout {
+                phase: "the TLS handshake",
+            },
+        })
 }

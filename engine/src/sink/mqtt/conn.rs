@@ -14,7 +14,6 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::num::NonZeroU32;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -22,17 +21,14 @@ use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use monoio::buf::{IoBufMut, SliceMut};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, Split, Splitable};
-use monoio::net::TcpStream;
 use monoio::time::timeout;
-use monoio_rustls::TlsConnector;
 use spillway_codec::session::{Event, Sent, Session, SessionConfig, SessionError};
 use spillway_codec::{
     Connect, DecodeError, Decoded, Disconnect, MqttStr, Outbound, Protocol, Publish, QoS,
     ReasonCode, Will, decode,
 };
-use spillway_s3::transport::IoVecs;
+use spillway_net::IoVecs;
 use tracing::{info, warn};
 
 use super::shape::{Kept, Shaper};
@@ -390,13 +386,6 @@ enum Closed {
     Cleared,
 }
 
-async fn resolve(address: &str) -> Result<Vec<SocketAddr>, ConnectError> {
-    address
-        .to_socket_addrs()
-        .map(Iterator::collect)
-        .map_err(|e| ConnectError::retry(format!("resolving {address}: {e}")))
-}
-
 /// One connection: TCP (and TLS), CONNECT/CONNACK, then the reader and writer until it ends.
 async fn connection(
     ctx: &Rc<Ctx>,
@@ -405,35 +394,32 @@ async fn connection(
     clear_first: bool,
 ) -> Result<Closed, ConnectError> {
     let cfg = &ctx.cfg;
-    let mut last = String::from("no address");
-    let mut tcp = None;
-    for addr in resolve(&cfg.address).await? {
-        match timeout(cfg.connect_timeout.0, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => {
-                tcp = Some(s);
-                break;
-            }
-            Ok(Err(e)) => last = e.to_string(),
-            Err(_) => last = "connect timed out".to_owned(),
-        }
-    }
-    let tcp = tcp.ok_or_else(|| ConnectError::retry(format!("connecting: {last}")))?;
-    let _ = tcp.set_nodelay(true);
+    let tcp = spillway_net::connect_address(&cfg.address, cfg.connect_timeout.0)
+        .await
+        .map_err(|e| ConnectError::retry(e.to_string()))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&tcp);
     match &ctx.tls {
         None => session(ctx, link, fd, tcp, clean, clear_first).await,
         Some((config, name)) => {
-            let connector = TlsConnector::from(Arc::clone(config));
-            let tls = timeout(cfg.connect_timeout.0, connector.connect(name.clone(), tcp))
-                .await
-                .map_err(|_| ConnectError::retry("the TLS handshake timed out".to_owned()))?
-                .map_err(|e| match crate::tls::handshake_failure(&cfg.address, e) {
-                    Ok(io) => ConnectError::retry(io.to_string()),
-                    Err(tls) => ConnectError {
-                        fatal: true,
-                        message: format!("MQTT broker {}: {tls}", cfg.address),
-                    },
-                })?;
+            use spillway_net::tls::HandshakeError;
+            let tls =
+                spillway_net::tls::handshake(config, name.clone(), tcp, cfg.connect_timeout.0)
+                    .await
+                    .map_err(|e| match e {
+                        HandshakeError::TimedOut => {
+                            ConnectError::retry("the TLS handshake timed out".to_owned())
+                        }
+                        HandshakeError::Io(e) => {
+                            ConnectError::retry(format!("TLS handshake with {}: {e}", cfg.address))
+                        }
+                        HandshakeError::Tls(tls) => ConnectError {
+                            fatal: true,
+                            message: format!(
+                                "MQTT broker {}: TLS handshake with {}: {tls}",
+                                cfg.address, cfg.address
+                            ),
+                        },
+                    })?;
             session(ctx, link, fd, tls, clean, clear_first).await
         }
     }
@@ -502,13 +488,7 @@ fn connect_packet(ctx: &Ctx, link: &Link, clean: bool) -> Result<Connect, Connec
 }
 
 async fn read_more<R: AsyncReadRent>(r: &mut R, buf: &mut BytesMut) -> io::Result<()> {
-    buf.reserve(MIN_READ);
-    let b = std::mem::take(buf);
-    let (len, cap) = (b.len(), b.capacity());
-    let room: SliceMut<BytesMut> = b.slice_mut(len..cap);
-    let (result, room) = r.read(room).await;
-    *buf = room.into_inner();
-    match result {
+    match spillway_net::io::read_more(r, buf, MIN_READ).await {
         Ok(0) => Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
             "the broker closed the connection",
@@ -532,22 +512,8 @@ async fn write_out<W: AsyncWriteRent>(
             chunks.push(c);
         }
     }
-    let mut iov = IoVecs::new(chunks.drain(..));
-    while iov.remaining() > 0 {
-        let (result, back) = timeout(limit, w.writev(iov))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "a write timed out"))?;
-        iov = back;
-        match result {
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-            Ok(n) => iov.advance(n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    timeout(limit, w.flush())
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "a write timed out"))?
+    spillway_net::io::write_vectored(w, IoVecs::new(chunks.drain(..)), limit).await?;
+    spillway_net::io::flush(w, limit).await
 }
 
 async fn session<S>(
@@ -628,7 +594,7 @@ where
                 timeout(left, read_more(&mut stream, &mut buf))
                     .await
                     .map_err(|_| ConnectError::retry("no CONNACK within connect_timeout".into()))?
-                    .map_err(|e| match crate::tls::rustls_cause(&e) {
+                    .map_err(|e| match spillway_net::tls::rustls_cause(&e) {
                         // TLS 1.3 delivers a refused client certificate as an alert after
                         // the handshake: a retry will not fix it.
                         Some(tls) => ConnectError {
@@ -718,7 +684,7 @@ async fn read_loop<R: AsyncReadRent>(
                 1
             };
             if want != lowat {
-                set_rcvlowat(fd, want * MIN_ACK_BYTES);
+                spillway_net::sockopt::set_rcvlowat(fd, want * MIN_ACK_BYTES);
                 lowat = want;
             }
         }
@@ -728,7 +694,7 @@ async fn read_loop<R: AsyncReadRent>(
         // closed this side has no data to carry the ACK. Without this each window round
         // waited ~40 ms (450 msgs/s against a default mosquitto). The flag is not sticky:
         // set again before every read.
-        set_quickack(fd);
+        spillway_net::sockopt::set_quickack(fd);
         let waited = Instant::now();
         read_more(&mut r, &mut buf)
             .await
@@ -746,7 +712,7 @@ async fn read_loop<R: AsyncReadRent>(
             if stalls >= 2 {
                 batching = false;
                 lowat = 1;
-                set_rcvlowat(fd, MIN_ACK_BYTES);
+                spillway_net::sockopt::set_rcvlowat(fd, MIN_ACK_BYTES);
                 info!(
                     sink = %ctx.sink,
                     conn = link.index,
@@ -765,23 +731,6 @@ async fn read_loop<R: AsyncReadRent>(
 /// How long a batched read may wait before it counts as held up by the broker's Nagle
 /// algorithm and this side's delayed ACK (Linux delays an ACK at least 40 ms).
 const ACK_STALL: Duration = Duration::from_millis(30);
-
-/// Sets `TCP_QUICKACK` (Linux): ACK received segments at once until the kernel leaves
-/// quick-ack mode again. A failure (not TCP, another OS) only loses the optimisation.
-#[allow(unsafe_code)]
-fn set_quickack(fd: std::os::fd::RawFd) {
-    let on: libc::c_int = 1;
-    // SAFETY: plain setsockopt on a socket this connection owns, with a c_int value.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_QUICKACK,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
-}
 
 /// Whether an MQTT 3.1.1 broker must accept `id` (1-23 bytes of 0-9, a-z, A-Z; MQTT-3.1.3-5).
 fn portable_v311_id(id: &str) -> bool {
@@ -808,23 +757,6 @@ fn host_name() -> &'static str {
 /// The smallest acknowledgement on the wire (PUBACK, PUBREC, PUBCOMP: fixed header and
 /// packet id).
 const MIN_ACK_BYTES: usize = 4;
-
-/// Sets `SO_RCVLOWAT`: a read completes only once this many bytes are waiting (or the
-/// connection closes).
-#[allow(unsafe_code)]
-fn set_rcvlowat(fd: std::os::fd::RawFd, bytes: usize) {
-    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: plain setsockopt on a socket this connection owns, with a c_int value.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
-}
 
 /// A CONNACK limit that refuses every message this sink would send (its static QoS above the
 /// broker's Maximum QoS, its static retain flag where retain is not available) is a
