@@ -77,3 +77,18 @@ impl fmt::Display for EngineError {
 }
 
 impl std::error::Error for EngineError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exit_status_comes_from_the_class() {
+        assert_eq!(EngineError::config("x").class.exit_code(), 2);
+        assert_eq!(EngineError::permanent("x").class.exit_code(), 1);
+        assert_eq!(EngineError::transient("x").class.exit_code(), 1);
+        let from_sink = crate::sink::SinkError::config("bad key");
+        assert_eq!(from_sink.class, ErrorClass::Config);
+        assert_eq!(from_sink.to_string(), "bad key");
+    }
+}

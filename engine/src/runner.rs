@@ -182,7 +182,7 @@ impl Runner {
         let named = |what: &dyn std::fmt::Display| format!("sink {:?}: {what}", cfg.name);
         let acks = Acks::new();
         let sink = crate::sink::build(&cfg, shard_index, acks.clone())
-            .map_err(|e| EngineError::permanent(named(&e)))?;
+            .map_err(|e| EngineError::new(e.class, named(&e)))?;
         let self_paced = sink.buffered().is_some();
         let partitions = match work {
             SinkWork::Partitions(p) => p.clone(),
@@ -403,7 +403,7 @@ impl Runner {
     }
 
     fn sink_failure(&self, e: &SinkError) -> EngineError {
-        EngineError::permanent(format!("sink {:?}: {e}", self.cfg.name))
+        EngineError::new(e.class, format!("sink {:?}: {e}", self.cfg.name))
     }
 
     /// An Iggy error as the flow takes it: transient ones as they are (the flow logs them),

@@ -26,7 +26,11 @@
 //! partition taken away by the group is stored (when it may still be) and released only once
 //! it is drained; on stop only confirmed offsets are stored.
 
+mod action;
+mod config;
 mod ids;
+mod link;
+mod parts;
 mod stats;
 
 #[cfg(test)]
@@ -34,21 +38,24 @@ mod sim;
 #[cfg(test)]
 mod tests;
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
+pub use action::{Action, Opened};
+pub use config::{Budget, FlowConfig, IggyPlan, Pacing, SourcePlan};
 pub use ids::{Offset, PartitionId, ShardId, Slot};
 pub use stats::RunnerStats;
 
-use crate::ack::Tracker;
+use link::{Link, LinkState};
+use parts::Part;
+
 use crate::config::{ErrorPolicy, StartFrom};
 use crate::error::{EngineError, ErrorClass};
 use crate::message::{Message, PartitionInfo};
-use crate::metrics::PartitionGauge;
 use crate::ratelog::RateLimit;
 use crate::sink::{Ack, Outcome};
 
@@ -61,226 +68,6 @@ pub enum Mode {
     Drain(Instant),
     /// End now, storing only confirmed offsets.
     Stop,
-}
-
-/// The shard's memory budget, shared by its runners: polled, unconfirmed payload bytes of the
-/// windowed sinks plus the bytes the self-paced sinks (S3) hold.
-#[derive(Debug)]
-pub struct Budget {
-    held: Cell<u64>,
-    limit: u64,
-}
-
-impl Budget {
-    /// A budget of `limit` bytes, nothing held.
-    pub fn new(limit: u64) -> Rc<Budget> {
-        Rc::new(Budget {
-            held: Cell::new(0),
-            limit,
-        })
-    }
-
-    /// What is held now.
-    pub fn held(&self) -> u64 {
-        self.held.get()
-    }
-
-    /// `runtime.shard_memory_budget`.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    fn add(&self, n: u64) {
-        self.held.set(self.held.get().saturating_add(n));
-    }
-
-    fn sub(&self, n: u64) {
-        self.held.set(self.held.get().saturating_sub(n));
-    }
-
-    fn has_room(&self) -> bool {
-        self.held.get() < self.limit
-    }
-}
-
-/// How polling is paced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pacing {
-    /// By each partition's window of polled, unconfirmed messages and bytes (MQTT, file).
-    Windows,
-    /// By the bytes the sink says it holds, against the shard budget (S3: an object confirms
-    /// all its messages at once, so a window would have to hold a whole object).
-    SinkBuffered,
-}
-
-/// Where the messages come from.
-#[derive(Debug, Clone)]
-pub enum SourcePlan {
-    /// A source that is always there (the demo generator): these partitions, each with the
-    /// offset it ends at (exclusive; `None`: never).
-    Local(Vec<(PartitionId, Option<Offset>)>),
-    /// An Iggy server.
-    Iggy(IggyPlan),
-}
-
-/// How the Iggy link is kept.
-#[derive(Debug, Clone)]
-pub struct IggyPlan {
-    /// The partitions to poll; empty for a consumer-group member.
-    pub explicit: Vec<PartitionId>,
-    /// A consumer-group member: partitions come from the group's assignment.
-    pub group: bool,
-    /// First wait before reconnecting (doubles up to `reconnect_max`).
-    pub reconnect_min: Duration,
-    /// Longest wait before reconnecting.
-    pub reconnect_max: Duration,
-    /// A ping after this long without a request.
-    pub ping_interval: Duration,
-    /// How often a group member fetches its assignment.
-    pub sync_interval: Duration,
-}
-
-/// What the flow needs of the sink's config.
-#[derive(Debug, Clone)]
-pub struct FlowConfig {
-    /// The sink's name, for messages.
-    pub name: String,
-    /// Stream name, for partition infos and messages.
-    pub stream: Rc<str>,
-    /// Topic name.
-    pub topic: Rc<str>,
-    /// Messages per poll.
-    pub batch_size: u32,
-    /// Wait after an empty poll.
-    pub poll_interval: Duration,
-    /// Unconfirmed messages per partition.
-    pub window_messages: u32,
-    /// Unconfirmed payload bytes per partition.
-    pub window_bytes: u64,
-    /// Store at least this often while the watermark moves.
-    pub commit_interval: Duration,
-    /// Store after this many confirmations.
-    pub commit_every: u64,
-    /// What a rejected message does.
-    pub on_error: ErrorPolicy,
-    /// Where a partition without a stored offset starts.
-    pub start: StartFrom,
-    /// Windows or the sink's own bytes.
-    pub pacing: Pacing,
-    /// How often the sink's time-driven work runs.
-    pub tick_interval: Duration,
-    /// The source.
-    pub source: SourcePlan,
-    /// A seed for the reconnect jitter (tests replay with it).
-    pub seed: u64,
-}
-
-/// What the flow asks the runner to do next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// Connect to Iggy and check the stream and topic (and, in explicit mode, that the
-    /// partitions exist). Answer: [`Flow::handle_connected`].
-    Connect,
-    /// Join the consumer group. Answer: [`Flow::handle_joined`].
-    JoinGroup,
-    /// Fetch the group assignment. Answer: [`Flow::handle_assignment`], or
-    /// [`Flow::handle_not_member`].
-    SyncGroup,
-    /// Keep the session alive. Answer: [`Flow::handle_source_ok`].
-    Ping,
-    /// Take up a partition: read its stored offset (and its head when `need_head`), ask the
-    /// sink how far it already got. Answer: [`Flow::handle_opened`].
-    Open {
-        /// The partition.
-        partition: PartitionId,
-        /// `start = "latest"`: the partition's head is needed when nothing is stored.
-        need_head: bool,
-    },
-    /// Store `offset` as the consumer offset of `partition`. Answer: [`Flow::handle_stored`],
-    /// or [`Flow::handle_store_refused`] when the group took the partition away.
-    Store {
-        /// The runner's slot.
-        slot: Slot,
-        /// The partition.
-        partition: PartitionId,
-        /// The watermark.
-        offset: Offset,
-    },
-    /// Poll up to `count` messages of `partition` from `offset`, and hand them to
-    /// [`Flow::handle_polled`] (or [`Flow::handle_fenced`]); deliver what it keeps.
-    Poll {
-        /// The runner's slot.
-        slot: Slot,
-        /// The partition.
-        partition: PartitionId,
-        /// First offset.
-        offset: Offset,
-        /// At most this many.
-        count: u32,
-    },
-    /// Tell the sink `slot` is no longer its (nothing in flight, all stored). No answer.
-    Release(Slot),
-    /// Run the sink's time-driven work. No answer (a failure: [`Flow::handle_sink_error`]).
-    TickSink,
-    /// Tell the sink to finish what it holds by `deadline`. Answer:
-    /// [`Flow::handle_sink_drained`].
-    DrainSink {
-        /// The shutdown deadline.
-        deadline: Instant,
-    },
-    /// Nothing to do before `until`, or before the sink reports. No answer.
-    Wait {
-        /// Latest wake-up.
-        until: Instant,
-    },
-    /// The runner is done: leave the group, end with this.
-    Stop(Result<(), EngineError>),
-}
-
-/// What a partition's opening found.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Opened {
-    /// The consumer offset Iggy has stored.
-    pub stored: Option<Offset>,
-    /// The last offset the sink says it already wrote for good (an S3 marker).
-    pub sink_done: Option<Offset>,
-    /// The partition's head, when asked for and the partition is not empty: its last offset.
-    pub head: Option<Offset>,
-}
-
-struct Part {
-    info: Rc<PartitionInfo>,
-    id: PartitionId,
-    tracker: Tracker,
-    stored: Option<Offset>,
-    since_store: u64,
-    last_store: Instant,
-    ready_at: Instant,
-    head: Option<Offset>,
-    /// Still assigned to this runner (a consumer group can take it away).
-    owned: bool,
-    /// The offset the source ends at (exclusive), for a bounded local source.
-    end: Option<Offset>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LinkState {
-    /// Not connected: connect at `at`.
-    Down { at: Instant },
-    /// A connect is under way.
-    Connecting,
-    /// Connected; `ready` once the partitions are taken up (the backoff resets then).
-    Up { ready: bool },
-}
-
-struct Link {
-    state: LinkState,
-    plan: Option<IggyPlan>,
-    backoff: Duration,
-    joined: bool,
-    generation: Option<u64>,
-    next_sync: Instant,
-    last_request: Instant,
 }
 
 #[derive(Debug)]
@@ -412,14 +199,6 @@ impl Flow {
         matches!(self.phase, Phase::Finishing { .. } | Phase::Done)
     }
 
-    fn part(&self, slot: Slot) -> Option<&Part> {
-        self.parts.get(slot.0).and_then(Option::as_ref)
-    }
-
-    fn part_mut(&mut self, slot: Slot) -> Option<&mut Part> {
-        self.parts.get_mut(slot.0).and_then(Option::as_mut)
-    }
-
     fn now_us(&self, now: Instant) -> u64 {
         now.saturating_duration_since(self.epoch).as_micros() as u64
     }
@@ -545,109 +324,6 @@ impl Flow {
         if let Phase::Draining { drained, .. } = &mut self.phase {
             *drained = true;
         }
-    }
-
-    /// A source request failed. Transient errors drop the link and reconnect with backoff;
-    /// the others end the run.
-    pub fn handle_source_error(&mut self, now: Instant, error: EngineError) {
-        self.in_poll = None;
-        let was = self.link.state;
-        self.link.state = LinkState::Down { at: now };
-        self.link.joined = false;
-        self.link.generation = None;
-        self.opens.clear();
-        if matches!(self.phase, Phase::Finishing { .. } | Phase::Done) {
-            // Stopping anyway: whatever is not stored yet stays for the next run.
-            warn!(sink = %self.cfg.name, "storing offsets while stopping: {}", error.message);
-            return;
-        }
-        if error.class != ErrorClass::Transient {
-            self.finish(Err(error));
-            return;
-        }
-        let Some(plan) = self.link.plan.as_ref() else {
-            return;
-        };
-        let jitter = 0.5 + self.rng.f64();
-        let wait = self.link.backoff.mul_f64(jitter);
-        self.link.backoff = (self.link.backoff * 2).min(plan.reconnect_max);
-        self.link.state = LinkState::Down { at: now + wait };
-        self.stats.borrow_mut().counters.reconnects += 1;
-        if matches!(was, LinkState::Up { ready: true }) {
-            warn!(sink = %self.cfg.name, "lost the Iggy connection: {}", error.message);
-        } else {
-            warn!(sink = %self.cfg.name, "Iggy unavailable, retrying in {wait:?}: {}", error.message);
-        }
-    }
-
-    /// A source request (a ping) succeeded.
-    pub fn handle_source_ok(&mut self, _now: Instant) {}
-
-    /// Connected, stream and topic checked.
-    pub fn handle_connected(&mut self, _now: Instant) {
-        self.link.state = LinkState::Up { ready: false };
-        self.started = true;
-        self.link.joined = false;
-        self.link.generation = None;
-        self.opens.clear();
-        let Some(plan) = self.link.plan.as_ref() else {
-            return;
-        };
-        if !plan.group {
-            let missing: Vec<PartitionId> = plan
-                .explicit
-                .iter()
-                .copied()
-                .filter(|&p| self.slot_of(p).is_none())
-                .collect();
-            self.opens.extend(missing);
-        }
-        self.check_ready();
-    }
-
-    /// Joined the consumer group.
-    pub fn handle_joined(&mut self, now: Instant) {
-        self.link.joined = true;
-        self.link.generation = None;
-        self.link.next_sync = now;
-    }
-
-    /// Not a member of the group (evicted, or never joined): join again.
-    pub fn handle_not_member(&mut self, _now: Instant) {
-        self.link.joined = false;
-        self.link.generation = None;
-    }
-
-    /// The group's assignment: `generation` and the partitions this member owns. Returns
-    /// whether it changed (partitions to take up or give away).
-    pub fn handle_assignment(
-        &mut self,
-        _now: Instant,
-        generation: u64,
-        assigned: &[PartitionId],
-    ) -> bool {
-        if self.link.generation == Some(generation) {
-            return false;
-        }
-        self.link.generation = Some(generation);
-        let list: Vec<u32> = assigned.iter().map(|p| p.0).collect();
-        info!(
-            sink = %self.cfg.name,
-            generation,
-            "consumer group assignment: partitions {list:?}"
-        );
-        // Partitions taken away: stop polling them; they leave once drained and stored.
-        for part in self.parts.iter_mut().flatten() {
-            part.owned = assigned.contains(&part.id);
-        }
-        self.opens.clear();
-        for &p in assigned {
-            if self.slot_of(p).is_none() && !self.opens.contains(&p) {
-                self.opens.push_back(p);
-            }
-        }
-        self.check_ready();
-        true
     }
 
     /// A partition asked for with [`Action::Open`] is taken up.
@@ -929,64 +605,6 @@ impl Flow {
         self.choose_poll(now)
     }
 
-    fn ping_due(&mut self, now: Instant) -> Option<Action> {
-        let plan = self.link.plan.as_ref()?;
-        if matches!(self.link.state, LinkState::Up { .. })
-            && now.saturating_duration_since(self.link.last_request) >= plan.ping_interval
-        {
-            self.link.last_request = now;
-            return Some(Action::Ping);
-        }
-        None
-    }
-
-    fn link_action(&mut self, now: Instant) -> Option<Action> {
-        let plan = self.link.plan.as_ref()?;
-        let group = plan.group;
-        let sync_interval = plan.sync_interval;
-        match self.link.state {
-            LinkState::Down { at } if now >= at => {
-                self.link.state = LinkState::Connecting;
-                self.link.last_request = now;
-                Some(Action::Connect)
-            }
-            LinkState::Down { .. } | LinkState::Connecting => None,
-            LinkState::Up { .. } => {
-                if group && !self.link.joined {
-                    self.link.last_request = now;
-                    return Some(Action::JoinGroup);
-                }
-                if group && now >= self.link.next_sync {
-                    self.link.next_sync = now + sync_interval;
-                    self.link.last_request = now;
-                    return Some(Action::SyncGroup);
-                }
-                if let Some(partition) = self.opens.pop_front() {
-                    self.link.last_request = now;
-                    return Some(Action::Open {
-                        partition,
-                        need_head: self.cfg.start == StartFrom::Latest,
-                    });
-                }
-                self.ping_due(now)
-            }
-        }
-    }
-
-    fn check_ready(&mut self) {
-        let LinkState::Up { ready: false } = self.link.state else {
-            return;
-        };
-        let Some(plan) = self.link.plan.as_ref() else {
-            return;
-        };
-        let settled = self.opens.is_empty() && (!plan.group || self.link.generation.is_some());
-        if settled {
-            self.link.state = LinkState::Up { ready: true };
-            self.link.backoff = plan.reconnect_min;
-        }
-    }
-
     /// A partition taken away, drained and stored leaves.
     fn retire(&mut self) -> Option<Action> {
         for slot in 0..self.parts.len() {
@@ -1127,84 +745,6 @@ impl Flow {
         wake.max(now)
     }
 
-    // ------------------------------------------------------------------ partitions
-
-    fn slot_of(&self, partition: PartitionId) -> Option<Slot> {
-        self.parts
-            .iter()
-            .position(|p| p.as_ref().is_some_and(|p| p.id == partition))
-            .map(Slot)
-    }
-
-    fn add_part(
-        &mut self,
-        partition: PartitionId,
-        stored: Option<Offset>,
-        next: Offset,
-        now: Instant,
-    ) -> Slot {
-        let slot = self
-            .parts
-            .iter()
-            .position(Option::is_none)
-            .unwrap_or(self.parts.len());
-        let info = Rc::new(PartitionInfo {
-            slot,
-            stream: Rc::clone(&self.cfg.stream),
-            topic: Rc::clone(&self.cfg.topic),
-            partition: partition.0,
-        });
-        let part = Part {
-            info,
-            id: partition,
-            tracker: Tracker::new(stored.map(|s| s.0), next.0),
-            stored,
-            since_store: 0,
-            last_store: now,
-            ready_at: now,
-            head: None,
-            owned: true,
-            end: None,
-        };
-        let gauge = PartitionGauge {
-            stream: self.cfg.stream.to_string(),
-            topic: self.cfg.topic.to_string(),
-            partition: partition.0,
-            committed: stored.map(|s| s.0),
-            head: None,
-            in_flight: 0,
-        };
-        if slot == self.parts.len() {
-            self.parts.push(Some(part));
-        } else {
-            self.parts[slot] = Some(part);
-        }
-        let mut stats = self.stats.borrow_mut();
-        if stats.partitions.len() <= slot {
-            stats.partitions.resize(slot + 1, None);
-        }
-        stats.partitions[slot] = Some(gauge);
-        Slot(slot)
-    }
-
-    fn refresh_gauge(&self, slot: Slot) {
-        let Some(part) = self.part(slot) else {
-            return;
-        };
-        let mut stats = self.stats.borrow_mut();
-        if let Some(Some(g)) = stats.partitions.get_mut(slot.0) {
-            g.committed = part.stored.map(|s| s.0);
-            g.head = part.head.map(|h| h.0);
-            g.in_flight = part.tracker.unconfirmed();
-        }
-        let (mut m, mut b) = (0, 0);
-        for p in self.parts.iter().flatten() {
-            m += p.tracker.unconfirmed();
-            b += p.tracker.unconfirmed_bytes();
-        }
-        stats.in_flight = (m, b);
-    }
-
     /// Logs how many skipped messages went unnamed, once their interval is over (at once when
     /// stopping).
     fn report_skips(&mut self, now: Instant, stopping: bool) {
@@ -1218,30 +758,5 @@ impl Flow {
                 self.skip_log.interval()
             );
         }
-    }
-
-    // ------------------------------------------------------------------ inspection (tests)
-
-    /// The watermark of `partition`: every offset up to it is confirmed.
-    pub fn watermark(&self, partition: PartitionId) -> Option<Offset> {
-        let slot = self.slot_of(partition)?;
-        self.part(slot)?.tracker.watermark().map(Offset)
-    }
-
-    /// The offset last stored for `partition`, as the flow knows it.
-    pub fn stored(&self, partition: PartitionId) -> Option<Offset> {
-        let slot = self.slot_of(partition)?;
-        self.part(slot)?.stored
-    }
-
-    /// The next offset `partition` is polled from.
-    pub fn next_poll(&self, partition: PartitionId) -> Option<Offset> {
-        let slot = self.slot_of(partition)?;
-        Some(Offset(self.part(slot)?.tracker.next_poll()))
-    }
-
-    /// The slot of `partition`, while it is this runner's.
-    pub fn slot(&self, partition: PartitionId) -> Option<Slot> {
-        self.slot_of(partition)
     }
 }

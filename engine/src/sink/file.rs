@@ -58,7 +58,7 @@ impl FileSink {
                 p.to_string_lossy().replace("{shard}", &shard.to_string()),
             )),
             (_, None) => {
-                return Err(SinkError(format!(
+                return Err(SinkError::config(format!(
                     "sink {:?}: file.path is missing",
                     config.name
                 )));
@@ -130,7 +130,7 @@ fn write_out(
     };
     result.map_err(|e| {
         let shown = path.map_or_else(|| "standard output".to_owned(), |p| p.display().to_string());
-        SinkError(format!("writing to {shown}: {e}"))
+        SinkError::permanent(format!("writing to {shown}: {e}"))
     })
 }
 
@@ -143,7 +143,7 @@ impl Sink for FileSink {
                     .create(true)
                     .append(true)
                     .open(p)
-                    .map_err(|e| SinkError(format!("opening {}: {e}", p.display())))?,
+                    .map_err(|e| SinkError::permanent(format!("opening {}: {e}", p.display())))?,
             ),
         };
         *self.out.borrow_mut() = Some(out);

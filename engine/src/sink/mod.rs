@@ -26,6 +26,7 @@ pub use mqtt::MqttSink;
 pub use s3::S3Sink;
 
 use crate::config::{SinkConfig, SinkType};
+use crate::error::ErrorClass;
 use crate::message::Batch;
 
 /// What happened to offsets `first..=last` of a partition.
@@ -165,13 +166,37 @@ impl Future for AcksReady<'_> {
     }
 }
 
-/// A sink problem that stops the sink (the engine exits non-zero with it).
+/// A sink problem that stops the sink, with its class: the engine's exit status comes from it
+/// (a configuration the destination cannot work with: 2; anything else: 1).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SinkError(pub String);
+pub struct SinkError {
+    /// What kind of failure.
+    pub class: ErrorClass,
+    /// What happened.
+    pub message: String,
+}
+
+impl SinkError {
+    /// A failure retrying cannot mend (a refused login, a store refusing our credentials).
+    pub fn permanent(message: impl Into<String>) -> SinkError {
+        SinkError {
+            class: ErrorClass::Permanent,
+            message: message.into(),
+        }
+    }
+
+    /// A configuration the sink cannot be built or run with.
+    pub fn config(message: impl Into<String>) -> SinkError {
+        SinkError {
+            class: ErrorClass::Config,
+            message: message.into(),
+        }
+    }
+}
 
 impl std::fmt::Display for SinkError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 

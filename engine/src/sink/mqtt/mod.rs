@@ -51,7 +51,7 @@ impl std::fmt::Debug for MqttSink {
 impl MqttSink {
     /// The sink of `config` on shard `shard`.
     pub fn new(config: &SinkConfig, shard: usize, acks: Acks) -> Result<MqttSink, SinkError> {
-        let err = |e: String| SinkError(format!("sink {:?}: {e}", config.name));
+        let err = |e: String| SinkError::config(format!("sink {:?}: {e}", config.name));
         let cfg = config
             .mqtt
             .clone()
@@ -115,7 +115,7 @@ impl MqttSink {
 
     fn check(&self) -> Result<(), SinkError> {
         match &*self.ctx.fatal.borrow() {
-            Some(e) => Err(SinkError(e.clone())),
+            Some(e) => Err(SinkError::permanent(e.clone())),
             None => Ok(()),
         }
     }

@@ -277,7 +277,7 @@ impl S3Sink {
     /// The sink of `config` on shard `shard`.
     pub fn new(config: &SinkConfig, shard: usize, acks: Acks) -> Result<S3Sink, SinkError> {
         process_start();
-        let err = |e: String| SinkError(format!("sink {:?}: {e}", config.name));
+        let err = |e: String| SinkError::config(format!("sink {:?}: {e}", config.name));
         let cfg = config
             .s3
             .clone()
@@ -378,7 +378,7 @@ impl S3Sink {
             self.parts.resize_with(slot + 1, || None);
         }
         if self.parts[slot].is_none() {
-            let encoder = Encoder::new(format_options(&self.cfg)).map_err(SinkError)?;
+            let encoder = Encoder::new(format_options(&self.cfg)).map_err(SinkError::config)?;
             self.parts[slot] = Some(PartWriter {
                 info: Rc::clone(info),
                 encoder,
@@ -392,7 +392,7 @@ impl S3Sink {
         }
         self.parts[slot]
             .as_mut()
-            .ok_or_else(|| SinkError("partition writer missing".to_owned()))
+            .ok_or_else(|| SinkError::permanent("partition writer missing".to_owned()))
     }
 
     fn bucket_of(&self, m: &Message) -> Option<u64> {
@@ -489,7 +489,7 @@ impl S3Sink {
     /// The failure no retry can mend, once: the sink stops with it.
     fn check_fatal(&self) -> Result<(), SinkError> {
         match self.finisher.fatal.borrow_mut().take() {
-            Some(e) => Err(SinkError(format!("sink {:?}: {e}", self.name))),
+            Some(e) => Err(SinkError::permanent(format!("sink {:?}: {e}", self.name))),
             None => Ok(()),
         }
     }
@@ -1047,12 +1047,12 @@ impl Sink for S3Sink {
         // before anything is polled.
         let req =
             spillway_s3::actions::head_bucket::request(self.client.endpoint(), &self.cfg.bucket)
-                .map_err(|e| SinkError(format!("s3: {e}")))?;
+                .map_err(|e| SinkError::permanent(format!("s3: {e}")))?;
         self.client
             .execute(req, spillway_s3::actions::head_bucket::parse)
             .await
             .map_err(|e| {
-                SinkError(format!(
+                SinkError::permanent(format!(
                     "S3 bucket {:?} at {}: {e}",
                     self.cfg.bucket,
                     self.client.endpoint().authority()
@@ -1077,7 +1077,7 @@ impl Sink for S3Sink {
             None,
             &self.upload.options,
         )
-        .map_err(|e| SinkError(format!("marker {key}: {e}")))?;
+        .map_err(|e| SinkError::permanent(format!("marker {key}: {e}")))?;
         match self
             .client
             .execute(req, spillway_s3::actions::get_object::parse)
@@ -1085,9 +1085,9 @@ impl Sink for S3Sink {
         {
             Ok(out) => parse_marker(&out.body)
                 .map(Some)
-                .map_err(|e| SinkError(format!("the marker {key} is damaged ({e}); delete it to start from Iggy's stored offset"))),
+                .map_err(|e| SinkError::permanent(format!("the marker {key} is damaged ({e}); delete it to start from Iggy's stored offset"))),
             Err(spillway_s3::Error::S3(e)) if e.status == 404 => Ok(None),
-            Err(e) => Err(SinkError(format!("reading the marker {key}: {e}"))),
+            Err(e) => Err(SinkError::permanent(format!("reading the marker {key}: {e}"))),
         }
     }
 
