@@ -82,6 +82,9 @@ pub struct ShardSink {
     pub sink: usize,
     /// Its partitions here.
     pub work: SinkWork,
+    /// The first shard this sink runs on: the one that does the sink's once-per-process work
+    /// (the S3 sink's sweep of uploads an earlier run left open).
+    pub lead: bool,
 }
 
 /// One shard: a thread pinned to `core`.
@@ -222,10 +225,11 @@ pub fn resolve(config: &Config, machine: &Machine) -> Result<CoreMap, (String, S
 
     for (sink_index, sink) in config.sinks.iter().enumerate() {
         if sink.source == SourceKind::Iggy && sink.consumer_group.is_some() {
-            for shard in &mut shards {
+            for (i, shard) in shards.iter_mut().enumerate() {
                 shard.sinks.push(ShardSink {
                     sink: sink_index,
                     work: SinkWork::GroupMember,
+                    lead: i == 0,
                 });
             }
             continue;
@@ -250,12 +254,15 @@ pub fn resolve(config: &Config, machine: &Machine) -> Result<CoreMap, (String, S
             load[shard] += 1;
             per_shard[shard].push(partition);
         }
+        let mut lead = true;
         for (shard, partitions) in shards.iter_mut().zip(per_shard) {
             if !partitions.is_empty() {
                 shard.sinks.push(ShardSink {
                     sink: sink_index,
                     work: SinkWork::Partitions(partitions),
+                    lead,
                 });
+                lead = false;
             }
         }
     }
@@ -386,6 +393,9 @@ mod tests {
             map.shards[1].sinks[0].work,
             SinkWork::Partitions(vec![1, 3])
         );
+        // One shard per sink does the once-per-process work: the first one it runs on.
+        assert!(map.shards[0].sinks[0].lead);
+        assert!(!map.shards[1].sinks[0].lead);
         assert_eq!(resolve(&c, &m), Ok(map));
     }
 

@@ -169,11 +169,14 @@ impl std::fmt::Debug for Runner {
 }
 
 impl Runner {
-    /// Builds the runner of sink `index` for `work` on shard `shard_index`.
+    /// Builds the runner of sink `index` for `work` on shard `shard_index` (`lead`: the first
+    /// shard the sink runs on).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: &Config,
         index: usize,
         work: &SinkWork,
+        lead: bool,
         shard_index: usize,
         shard: Rc<ShardState>,
         endpoint: Option<Endpoint>,
@@ -181,7 +184,7 @@ impl Runner {
         let cfg = Arc::new(config.sinks[index].clone());
         let named = |what: &dyn std::fmt::Display| format!("sink {:?}: {what}", cfg.name);
         let acks = Acks::new();
-        let sink = crate::sink::build(&cfg, shard_index, acks.clone())
+        let sink = crate::sink::build(&cfg, shard_index, lead, acks.clone())
             .map_err(|e| EngineError::new(e.class, named(&e)))?;
         let self_paced = sink.buffered().is_some();
         let partitions = match work {

@@ -105,6 +105,7 @@ async fn shard_main(
             &config,
             work.sink,
             &work.work,
+            work.lead,
             index,
             Rc::clone(&state),
             endpoint.clone(),

@@ -269,12 +269,20 @@ pub enum AnySink {
     S3(Box<S3Sink>),
 }
 
-/// Builds the sink of `config` for shard `shard`.
-pub fn build(config: &SinkConfig, shard: usize, acks: Acks) -> Result<AnySink, SinkError> {
+/// Builds the sink of `config` for shard `shard`; `lead` on the first shard the sink runs on
+/// (it does the sink's once-per-process work).
+pub fn build(
+    config: &SinkConfig,
+    shard: usize,
+    lead: bool,
+    acks: Acks,
+) -> Result<AnySink, SinkError> {
     match config.kind {
         SinkType::File | SinkType::Stdout => Ok(AnySink::File(FileSink::new(config, shard, acks)?)),
         SinkType::Mqtt => Ok(AnySink::Mqtt(MqttSink::new(config, shard, acks)?)),
-        SinkType::S3 => Ok(AnySink::S3(Box::new(S3Sink::new(config, shard, acks)?))),
+        SinkType::S3 => Ok(AnySink::S3(Box::new(S3Sink::new(
+            config, shard, lead, acks,
+        )?))),
     }
 }
 

@@ -221,6 +221,8 @@ const TAKE_AT: u64 = 64 << 10;
 /// See the module docs.
 pub struct S3Sink {
     name: String,
+    /// The sink's first shard: it sweeps stale uploads at start.
+    lead: bool,
     cfg: S3SinkConfig,
     client: Rc<S3Client>,
     acks: Acks,
@@ -275,7 +277,12 @@ fn sse_of(c: &S3SinkConfig) -> Option<Sse> {
 
 impl S3Sink {
     /// The sink of `config` on shard `shard`.
-    pub fn new(config: &SinkConfig, shard: usize, acks: Acks) -> Result<S3Sink, SinkError> {
+    pub fn new(
+        config: &SinkConfig,
+        shard: usize,
+        lead: bool,
+        acks: Acks,
+    ) -> Result<S3Sink, SinkError> {
         process_start();
         let err = |e: String| SinkError::config(format!("sink {:?}: {e}", config.name));
         let cfg = config
@@ -357,6 +364,7 @@ impl S3Sink {
         };
         Ok(S3Sink {
             name: config.name.clone(),
+            lead,
             client,
             acks,
             template,
@@ -666,20 +674,14 @@ impl S3Sink {
     }
 
     /// Aborts the multipart uploads an earlier run left open under the prefix: those initiated
-    /// before this process started (less a minute for clock skew), once per sink and process.
+    /// before this process started (less a minute for clock skew), once per sink and process (by its first shard).
     /// Where the store cannot list uploads, says so: a lifecycle rule
     /// (AbortIncompleteMultipartUpload) must clean them up there.
     async fn abort_stale_uploads(&self) {
         use spillway_s3::actions::{abort_multipart_upload, list_multipart_uploads};
-        static DONE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-        {
-            let mut done = DONE
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if done.contains(&self.name) {
-                return;
-            }
-            done.push(self.name.clone());
+        // Only the sink's first shard sweeps (the core map says which): shards share nothing.
+        if !self.lead {
+            return;
         }
         let cutoff = process_start() - Duration::from_secs(60);
         let mut args = list_multipart_uploads::ListMultipartUploadsArgs {
