@@ -275,7 +275,7 @@ pub fn resolve(config: &Config, machine: &Machine) -> Result<CoreMap, (String, S
             .iter()
             .filter(|s| s.sinks.iter().any(|w| w.sink == sink_index))
             .count();
-        if on > 1 && !mqtt.client_id.contains("{shard}") {
+        if on > 1 && !mqtt.client_id.has(crate::template::Name::Shard) {
             return Err((
                 format!("sink[{sink_index}].mqtt.client_id"),
                 format!(

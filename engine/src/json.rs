@@ -1,9 +1,28 @@
-//! A small JSON writer for the sinks' envelopes: escaped strings, payloads embedded as JSON
-//! when they are JSON, else text or base64.
+//! The one JSON writer of the sinks: escaped strings, payloads embedded as JSON when they are
+//! JSON (else text or base64), and the records built from them: the flat record of the file
+//! sink and the S3 JSON formats ([`RecordWriter`]) and the MQTT JSON envelope ([`envelope`]).
 
 use base64::Engine as _;
 
-use crate::config::PayloadEncoding;
+use std::rc::Rc;
+
+use serde::Deserialize;
+
+use crate::message::{self, HeaderKind, Message, PartitionInfo};
+
+/// How a payload is written into JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PayloadEncoding {
+    /// Embedded as JSON when it is valid JSON, else as UTF-8 text when it is valid UTF-8,
+    /// else base64.
+    #[default]
+    Auto,
+    /// Always base64.
+    Base64,
+    /// UTF-8 text (invalid sequences replaced); JSON is not embedded.
+    Text,
+}
 
 /// The index of the first byte of `s` that a JSON string cannot hold as it is: `"`, `\\` or
 /// a control character (below 0x20). Eight bytes at a time.
@@ -327,9 +346,279 @@ pub fn payload_field(out: &mut Vec<u8>, payload: &[u8], encoding: PayloadEncodin
     }
 }
 
+/// Which Iggy metadata a flat record carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Meta {
+    /// Stream, topic, partition, offset, id, timestamp, origin timestamp.
+    All,
+    /// The offset alone (the file sink without `metadata`).
+    Offset,
+    /// None.
+    Off,
+}
+
+/// What a flat record holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordOptions {
+    /// The metadata fields.
+    pub meta: Meta,
+    /// A `"headers"` object (written only for a message that has headers).
+    pub headers: bool,
+    /// How the payload is written.
+    pub payload: PayloadEncoding,
+}
+
+/// Writes flat records, `{"stream":..,"topic":..,"partition":N,"offset":N,"id":"<decimal>",
+/// "timestamp":N,"origin_timestamp":N,"headers":{"k":"v"},"payload":...}`, keeping the
+/// partition's fields rendered while records of one partition follow each other.
+#[derive(Debug, Default)]
+pub struct RecordWriter {
+    of: Option<(Rc<str>, Rc<str>, u32)>,
+    partition: Vec<u8>,
+}
+
+impl RecordWriter {
+    /// Appends one record (no separator) of `m` from `p` to `out`.
+    pub fn record(&mut self, out: &mut Vec<u8>, o: RecordOptions, p: &PartitionInfo, m: &Message) {
+        out.push(b'{');
+        match o.meta {
+            Meta::All => {
+                out.extend_from_slice(self.partition_fields(p));
+                message_fields(out, m);
+                out.push(b',');
+            }
+            Meta::Offset => {
+                out.extend_from_slice(b"\"offset\":");
+                decimal(out, u128::from(m.offset));
+                out.push(b',');
+            }
+            Meta::Off => {}
+        }
+        if o.headers && !m.headers.is_empty() {
+            out.extend_from_slice(b"\"headers\":");
+            headers_object(out, &m.headers);
+            out.push(b',');
+        }
+        payload_field(out, &m.payload, o.payload);
+        out.push(b'}');
+    }
+
+    /// `"stream":..,"topic":..,"partition":N,` of `p`, rendered again only when `p` is not
+    /// the partition of the last call.
+    fn partition_fields(&mut self, p: &PartitionInfo) -> &[u8] {
+        let same = self.of.as_ref().is_some_and(|(stream, topic, partition)| {
+            *partition == p.partition && **stream == *p.stream && **topic == *p.topic
+        });
+        if !same {
+            self.partition.clear();
+            partition_fields(&mut self.partition, p);
+            self.of = Some((p.stream.clone(), p.topic.clone(), p.partition));
+        }
+        &self.partition
+    }
+}
+
+/// `"stream":..,"topic":..,"partition":N,`.
+fn partition_fields(out: &mut Vec<u8>, p: &PartitionInfo) {
+    out.extend_from_slice(b"\"stream\":");
+    string(out, p.stream.as_bytes());
+    out.extend_from_slice(b",\"topic\":");
+    string(out, p.topic.as_bytes());
+    out.extend_from_slice(b",\"partition\":");
+    decimal(out, u128::from(p.partition));
+    out.push(b',');
+}
+
+/// `"offset":N,"id":"<decimal>","timestamp":N,"origin_timestamp":N`.
+fn message_fields(out: &mut Vec<u8>, m: &Message) {
+    out.extend_from_slice(b"\"offset\":");
+    decimal(out, u128::from(m.offset));
+    out.extend_from_slice(b",\"id\":\"");
+    decimal(out, m.id);
+    out.extend_from_slice(b"\",\"timestamp\":");
+    decimal(out, u128::from(m.timestamp));
+    out.extend_from_slice(b",\"origin_timestamp\":");
+    decimal(out, u128::from(m.origin_timestamp));
+}
+
+/// The MQTT JSON envelope, `{"metadata":{...},"headers":{...},"payload":...}`, with
+/// `"error"` before the payload for a dead letter.
+pub fn envelope(
+    out: &mut Vec<u8>,
+    p: &PartitionInfo,
+    m: &Message,
+    error: Option<&str>,
+    payload: PayloadEncoding,
+) {
+    out.extend_from_slice(b"{\"metadata\":{");
+    partition_fields(out, p);
+    message_fields(out, m);
+    out.extend_from_slice(b"},\"headers\":");
+    headers_object(out, &m.headers);
+    out.push(b',');
+    if let Some(e) = error {
+        out.extend_from_slice(b"\"error\":");
+        string(out, e.as_bytes());
+        out.push(b',');
+    }
+    payload_field(out, &m.payload, payload);
+    out.push(b'}');
+}
+
+/// The Iggy user headers in `raw` as a JSON object of strings, `{"k":"v",...}`.
+pub fn headers_object(out: &mut Vec<u8>, raw: &[u8]) {
+    out.push(b'{');
+    for (i, h) in message::headers(raw).map_while(Result::ok).enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        string(out, h.key);
+        out.push(b':');
+        match h.kind {
+            // What value_string() gives for these, without its String.
+            HeaderKind::Raw | HeaderKind::String | HeaderKind::Unknown(_) => string(out, h.value),
+            _ => string(out, h.value_string().as_bytes()),
+        }
+    }
+    out.push(b'}');
+}
+
+/// Appends `n` in decimal.
+pub fn decimal(out: &mut Vec<u8>, mut n: u128) {
+    let mut digits = [0u8; 39];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    fn part(stream: &str, partition: u32) -> PartitionInfo {
+        PartitionInfo {
+            slot: 0,
+            stream: Rc::from(stream),
+            topic: Rc::from("t\"x"),
+            partition,
+        }
+    }
+
+    fn msg(headers: bytes::Bytes) -> Message {
+        Message {
+            offset: 41,
+            id: u128::MAX,
+            timestamp: 1_700_000_000_000_000,
+            origin_timestamp: 7,
+            payload: bytes::Bytes::from_static(br#"{"a":1}"#),
+            headers,
+        }
+    }
+
+    fn text(out: &[u8]) -> &str {
+        std::str::from_utf8(out).unwrap_or("<not UTF-8>")
+    }
+
+    #[test]
+    fn flat_records_carry_what_is_asked() {
+        let h = message::encode_headers(&[("k", "v")]);
+        let (p, m) = (part("s", 3), msg(h));
+        let mut w = RecordWriter::default();
+        let mut out = Vec::new();
+        let o = RecordOptions {
+            meta: Meta::All,
+            headers: true,
+            payload: PayloadEncoding::Auto,
+        };
+        w.record(&mut out, o, &p, &m);
+        assert_eq!(
+            text(&out),
+            r#"{"stream":"s","topic":"t\"x","partition":3,"offset":41,"id":"340282366920938463463374607431768211455","timestamp":1700000000000000,"origin_timestamp":7,"headers":{"k":"v"},"payload":{"a":1}}"#
+        );
+        out.clear();
+        w.record(
+            &mut out,
+            RecordOptions {
+                meta: Meta::Offset,
+                headers: false,
+                payload: PayloadEncoding::Text,
+            },
+            &p,
+            &m,
+        );
+        assert_eq!(text(&out), r#"{"offset":41,"payload":"{\"a\":1}"}"#);
+        out.clear();
+        let bare = msg(bytes::Bytes::new());
+        w.record(
+            &mut out,
+            RecordOptions {
+                meta: Meta::Off,
+                headers: true,
+                payload: PayloadEncoding::Auto,
+            },
+            &p,
+            &bare,
+        );
+        assert_eq!(text(&out), r#"{"payload":{"a":1}}"#);
+    }
+
+    #[test]
+    fn the_partition_fields_follow_the_partition() {
+        let o = RecordOptions {
+            meta: Meta::All,
+            headers: false,
+            payload: PayloadEncoding::Auto,
+        };
+        let m = msg(bytes::Bytes::new());
+        let mut w = RecordWriter::default();
+        for (stream, partition) in [("a", 1), ("a", 2), ("b", 2), ("a", 1)] {
+            let mut out = Vec::new();
+            w.record(&mut out, o, &part(stream, partition), &m);
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(v["stream"], stream);
+            assert_eq!(v["partition"], partition);
+        }
+    }
+
+    #[test]
+    fn the_envelope_nests_metadata_and_names_the_error() {
+        let h = message::encode_headers(&[("k", "v")]);
+        let mut out = Vec::new();
+        envelope(
+            &mut out,
+            &part("s", 0),
+            &msg(h),
+            Some("no route"),
+            PayloadEncoding::Auto,
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["metadata"]["offset"], 41);
+        assert_eq!(v["metadata"]["topic"], "t\"x");
+        assert_eq!(v["metadata"]["id"], u128::MAX.to_string());
+        assert_eq!(v["headers"]["k"], "v");
+        assert_eq!(v["error"], "no route");
+        assert_eq!(v["payload"]["a"], 1);
+        out.clear();
+        envelope(
+            &mut out,
+            &part("s", 0),
+            &msg(bytes::Bytes::new()),
+            None,
+            PayloadEncoding::Base64,
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["headers"], serde_json::json!({}));
+        assert!(v.get("error").is_none());
+        assert_eq!(v["payload_base64"], "eyJhIjoxfQ==");
+    }
 
     fn s(input: &[u8]) -> String {
         let mut out = Vec::new();

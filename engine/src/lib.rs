@@ -25,5 +25,6 @@ pub mod ratelog;
 pub mod runner;
 pub mod shard;
 pub mod sink;
+pub mod template;
 pub mod tls;
 pub mod units;

@@ -20,9 +20,13 @@ pub use mqtt::{
     DEFAULT_WINDOW, Envelope, MqttSinkConfig, MqttVersion, V311_QOS2_WINDOW, WillConfig,
     password_env,
 };
-pub use s3::{ChecksumKind, Compression, Format, OnShutdown, S3SinkConfig, SseKind};
+pub use s3::{
+    ChecksumKind, Compression, Format, FormatOptions, Framing, OnShutdown, S3SinkConfig, SseKind,
+};
 pub use secret::Secret;
 
+pub use crate::json::PayloadEncoding;
+use crate::template::name::PathTemplate;
 use crate::units::{ByteSize, Dur};
 
 /// Environment variables read on top of the file (they win over it).
@@ -431,20 +435,6 @@ mod defaults {
     }
 }
 
-/// How a payload is written into JSON.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PayloadEncoding {
-    /// Embedded as JSON when it is valid JSON, else as UTF-8 text when it is valid UTF-8,
-    /// else base64.
-    #[default]
-    Auto,
-    /// Always base64.
-    Base64,
-    /// UTF-8 text (invalid sequences replaced); JSON is not embedded.
-    Text,
-}
-
 /// The order in which the file sink confirms the offsets of a batch it has written: a testing
 /// aid for the commit watermark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -465,7 +455,7 @@ pub enum ConfirmOrder {
 pub struct FileSinkConfig {
     /// File to append to (`"-"` for standard output).
     #[serde(default)]
-    pub path: Option<PathBuf>,
+    pub path: Option<PathTemplate>,
     /// Write the Iggy metadata (stream, topic, partition, offset, id, timestamps).
     #[serde(default = "defaults::yes")]
     pub metadata: bool,

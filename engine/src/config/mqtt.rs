@@ -8,6 +8,8 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
 use super::{PayloadEncoding, Secret};
+use crate::template::name::NameTemplate;
+use crate::template::topic::TopicTemplate;
 use crate::units::{ByteSize, Dur};
 
 /// The MQTT protocol version of a sink's connections.
@@ -88,7 +90,7 @@ pub enum Envelope {
 #[serde(deny_unknown_fields)]
 pub struct WillConfig {
     /// Topic of the will (`{sink}`, `{shard}`, `{conn}`, `{pid}` and `{host}` are replaced).
-    pub topic: String,
+    pub topic: NameTemplate,
     /// Payload (UTF-8 text).
     #[serde(default)]
     pub payload: String,
@@ -124,8 +126,8 @@ pub struct MqttSinkConfig {
     /// more than one connection in all, so ids never collide (a broker drops the older of two
     /// connections with one id); with several hosts add `{host}`. Over MQTT 3.1.1 an id that
     /// is not 1-23 letters and digits is logged once: strict brokers may refuse it.
-    #[serde(default = "defaults::client_id")]
-    pub client_id: String,
+    #[serde(default)]
+    pub client_id: NameTemplate,
     /// Username.
     pub username: Option<String>,
     /// Password (needs `username`). Or env `SPILLWAY_MQTT_PASSWORD_<SINK NAME>` (upper case,
@@ -202,7 +204,7 @@ pub struct MqttSinkConfig {
     /// `{partition}`, `{offset}`, `{id}`, `{header.NAME}` and `{json.POINTER}` (a JSON
     /// pointer such as `/device/id`, or dotted: `{json.device.id}`). Needed unless
     /// `topic_header` is set; with both, it is the fallback for messages without the header.
-    pub topic: Option<String>,
+    pub topic: Option<TopicTemplate>,
     /// Dynamic routing: the topic is the value of this Iggy header.
     pub topic_header: Option<String>,
     /// MQTT 5 topic aliases to use per connection (the broker's Topic Alias Maximum caps it);
@@ -246,12 +248,12 @@ impl fmt::Debug for MqttSinkConfig {
         f.debug_struct("MqttSinkConfig")
             .field("address", &self.address)
             .field("protocol", &self.protocol)
-            .field("client_id", &self.client_id)
+            .field("client_id", &self.client_id.template().text())
             .field("username", &self.username)
             .field("password", &self.password)
             .field("tls", &self.tls)
             .field("qos", &self.qos)
-            .field("topic", &self.topic)
+            .field("topic", &self.topic.as_ref().map(|t| t.template().text()))
             .field("topic_header", &self.topic_header)
             .finish_non_exhaustive()
     }
@@ -312,9 +314,6 @@ mod defaults {
     }
     pub fn max_incoming_packet_size() -> ByteSize {
         ByteSize(64 * 1024)
-    }
-    pub fn client_id() -> String {
-        "spillway-{host}-{pid}-{sink}-{shard}-{conn}".to_owned()
     }
     pub fn keep_alive() -> Dur {
         Dur(Duration::from_secs(30))

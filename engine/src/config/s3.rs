@@ -3,11 +3,123 @@
 use std::fmt;
 
 use serde::Deserialize;
+use spillway_s3::endpoint::{AddressingStyle, Endpoint};
 
 use super::{PayloadEncoding, Secret};
+use crate::template::key::{KeyTemplate, KeyZone};
 use crate::units::{ByteSize, Dur};
 
-pub use crate::sink::s3::format::{Compression, Format};
+/// Record format of objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// One JSON object per line.
+    #[default]
+    JsonLines,
+    /// One JSON array of objects.
+    JsonArray,
+    /// The payloads, framed by [`Framing`].
+    Raw,
+    /// RFC 4180 CSV with a header line.
+    Csv,
+}
+
+/// Compression of objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    /// Stored as encoded.
+    #[default]
+    None,
+    /// gzip (RFC 1952), `Content-Encoding: gzip`.
+    Gzip,
+    /// zstd (RFC 8878), `Content-Encoding: zstd`.
+    Zstd,
+}
+
+/// How `raw` separates payloads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Framing {
+    /// These bytes after each payload (may be empty: payloads back to back).
+    Separator(Vec<u8>),
+    /// The payload's length as a big-endian u32 before each payload.
+    LengthPrefix,
+}
+
+impl Default for Framing {
+    fn default() -> Self {
+        Framing::Separator(b"\n".to_vec())
+    }
+}
+
+/// What [`Encoder`] writes.
+#[derive(Debug, Clone)]
+pub struct FormatOptions {
+    /// Record format.
+    pub format: Format,
+    /// Compression.
+    pub compression: Compression,
+    /// gzip 0-9 (default 6), zstd 1-22 (default 3); None = the codec default.
+    pub level: Option<i32>,
+    /// JSON formats and csv: stream, topic, partition, offset, id, timestamp, origin_timestamp.
+    pub metadata: bool,
+    /// JSON formats: a "headers" object; csv: a "headers" column holding a JSON object.
+    pub headers: bool,
+    /// How payloads are written (JSON formats and csv).
+    pub payload: PayloadEncoding,
+    /// `raw` only.
+    pub framing: Framing,
+}
+
+impl Default for FormatOptions {
+    fn default() -> Self {
+        FormatOptions {
+            format: Format::JsonLines,
+            compression: Compression::None,
+            level: None,
+            metadata: true,
+            headers: true,
+            payload: PayloadEncoding::Auto,
+            framing: Framing::default(),
+        }
+    }
+}
+
+const GZIP_DEFAULT_LEVEL: i32 = 6;
+const ZSTD_DEFAULT_LEVEL: i32 = 3;
+
+impl FormatOptions {
+    /// The compression level in use (the codec's default filled in; 0 without compression),
+    /// or why the configured one cannot be used.
+    pub fn level_in_use(&self) -> Result<i32, String> {
+        let out_of_range = |level: i32, codec: &str, range: &str| {
+            format!("s3.compression_level = {level} is out of range for {codec}: use {range}")
+        };
+        match (self.compression, self.level) {
+            (Compression::None, None) => Ok(0),
+            (Compression::None, Some(level)) => Err(format!(
+                "s3.compression_level = {level} needs a compression: set s3.compression to \
+                 \"gzip\" or \"zstd\", or remove s3.compression_level"
+            )),
+            (Compression::Gzip, level) => {
+                let level = level.unwrap_or(GZIP_DEFAULT_LEVEL);
+                if (0..=9).contains(&level) {
+                    Ok(level)
+                } else {
+                    Err(out_of_range(level, "gzip", "0 to 9"))
+                }
+            }
+            (Compression::Zstd, level) => {
+                let level = level.unwrap_or(ZSTD_DEFAULT_LEVEL);
+                if (1..=22).contains(&level) {
+                    Ok(level)
+                } else {
+                    Err(out_of_range(level, "zstd", "1 to 22"))
+                }
+            }
+        }
+    }
+}
 
 /// What happens to open objects on SIGINT/SIGTERM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -70,11 +182,11 @@ pub struct S3SinkConfig {
     /// Key template: `{stream}`, `{topic}`, `{partition}`, `{date}`, `{hour}`, `{minute}`,
     /// `{timestamp}`, `{first_offset}`, `{last_offset}`, `{header.NAME}`, `{ext}`; times are of
     /// the object's first message, offsets zero-padded to 20 digits.
-    #[serde(default = "defaults::key")]
-    pub key: String,
+    #[serde(default)]
+    pub key: KeyTemplate,
     /// Time zone of `{date}` `{hour}` `{minute}`: `"UTC"` or a fixed offset like `"+02:00"`.
-    #[serde(default = "defaults::utc")]
-    pub time_zone: String,
+    #[serde(default)]
+    pub time_zone: KeyZone,
     /// `json_lines`, `json_array`, `raw`, `csv`.
     #[serde(default)]
     pub format: Format,
@@ -160,6 +272,47 @@ pub struct S3SinkConfig {
     pub retry_max: Dur,
 }
 
+impl S3SinkConfig {
+    /// The endpoint in `region`: the custom one (path-style unless told otherwise) or AWS.
+    pub fn endpoint(&self, region: &str) -> Result<Endpoint, String> {
+        let style = self.path_style.map(|p| {
+            if p {
+                AddressingStyle::Path
+            } else {
+                AddressingStyle::VirtualHosted
+            }
+        });
+        match &self.endpoint {
+            Some(url) => Endpoint::parse(url, region, style).map_err(|e| e.to_string()),
+            None => {
+                spillway_s3::endpoint::check_region(region).map_err(|e| e.to_string())?;
+                let mut e = Endpoint::aws(region);
+                if let Some(s) = style {
+                    e.style = s;
+                }
+                Ok(e)
+            }
+        }
+    }
+
+    /// What the objects' encoder writes.
+    pub fn format_options(&self) -> FormatOptions {
+        FormatOptions {
+            format: self.format,
+            compression: self.compression,
+            level: self.compression_level,
+            metadata: self.metadata,
+            headers: self.headers,
+            payload: self.payload,
+            framing: if self.length_prefix {
+                Framing::LengthPrefix
+            } else {
+                Framing::Separator(self.separator.as_bytes().to_vec())
+            },
+        }
+    }
+}
+
 impl fmt::Debug for S3SinkConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("S3SinkConfig")
@@ -168,7 +321,7 @@ impl fmt::Debug for S3SinkConfig {
             .field("region", &self.region)
             .field("access_key_id", &self.access_key_id)
             .field("secret_access_key", &self.secret_access_key)
-            .field("key", &self.key)
+            .field("key", &self.key.template().text())
             .field("format", &self.format)
             .field("compression", &self.compression)
             .finish_non_exhaustive()
@@ -179,12 +332,6 @@ mod defaults {
     use super::*;
     use std::time::Duration;
 
-    pub fn key() -> String {
-        "{stream}/{topic}/{date}/{hour}/{partition}-{first_offset}.{ext}".to_owned()
-    }
-    pub fn utc() -> String {
-        "UTC".to_owned()
-    }
     pub fn yes() -> bool {
         true
     }

@@ -166,7 +166,10 @@ fn an_mqtt_sink_loads_with_defaults() {
     assert_eq!(m.window(), 1000);
     assert_eq!(m.connections, 1);
     assert!(m.clean_start);
-    assert_eq!(m.client_id, "spillway-{host}-{pid}-{sink}-{shard}-{conn}");
+    assert_eq!(
+        m.client_id.template().text(),
+        "spillway-{host}-{pid}-{sink}-{shard}-{conn}"
+    );
     assert_eq!(m.max_incoming_packet(), 64 * 1024);
     let c = parse_with(
         &MQTT.replace("topic = ", "protocol = \"3.1.1\"\ntopic = "),

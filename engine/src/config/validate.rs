@@ -5,6 +5,9 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 
 use super::{Config, Envelope, ErrorPolicy, MqttVersion, SinkConfig, SinkType, SourceKind};
+use crate::template::Name;
+use crate::template::name::Place;
+use crate::template::topic::topic_name;
 
 type Problem = (String, String);
 
@@ -306,7 +309,7 @@ fn validate_mqtt(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
     if m.connections == 0 || m.connections > 1024 {
         return Err(problem(key("connections"), "must be 1 to 1024"));
     }
-    if m.connections > 1 && !m.client_id.contains("{conn}") {
+    if m.connections > 1 && !m.client_id.has(Name::Conn) {
         return Err(problem(
             key("client_id"),
             "must contain {conn} when connections > 1: a broker drops the older of two connections with one client id",
@@ -334,12 +337,13 @@ fn validate_mqtt(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
                 format!("{} is not 0, 1 or 2", w.qos),
             ));
         }
-        if w.topic.is_empty() || w.topic.contains(['+', '#', '\0']) {
-            return Err(problem(
-                key("will.topic"),
-                "must be a topic name: not empty, no + # or NUL",
-            ));
-        }
+        // Checked as rendered here (pid, host); per-shard values only change digits.
+        let sample = w.topic.render(Place {
+            sink: &sink.name,
+            shard: 0,
+            conn: 0,
+        });
+        topic_name(sample).map_err(|e| problem(key("will.topic"), e))?;
     }
     if m.keep_alive.0.as_secs() > u64::from(u16::MAX) {
         return Err(problem(key("keep_alive"), "must be at most 65535 s"));
@@ -366,20 +370,8 @@ fn validate_mqtt(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
                 "missing: set topic (static, or a template such as \"{stream}/{topic}/{partition}\") or topic_header",
             ));
         }
-        (Some(t), _) => {
-            let template =
-                crate::sink::mqtt::Template::parse(t).map_err(|e| problem(key("topic"), e))?;
-            if template.is_static() {
-                let lit = template.literal();
-                if lit.is_empty() || lit.contains(['+', '#', '\0']) || lit.len() > 65535 {
-                    return Err(problem(
-                        key("topic"),
-                        format!(
-                            "{lit:?} is not a topic name: not empty, no + # or NUL, at most 65535 bytes"
-                        ),
-                    ));
-                }
-            }
+        (Some(t), _) if t.is_static() => {
+            topic_name(t.literal()).map_err(|e| problem(key("topic"), e))?;
         }
         (None, Some(h)) if h.is_empty() => {
             return Err(problem(key("topic_header"), "must not be empty"));
@@ -455,13 +447,9 @@ fn validate_mqtt(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
                 "missing: on_error = \"dead_letter\" needs the topic rejected messages go to",
             ));
         }
-        (ErrorPolicy::DeadLetter, Some(t)) if t.is_empty() || t.contains(['+', '#', '\0']) => {
-            return Err(problem(
-                key("dead_letter_topic"),
-                format!("{t:?} is not a topic name: not empty, no + # or NUL"),
-            ));
+        (ErrorPolicy::DeadLetter, Some(t)) => {
+            topic_name(t.clone()).map_err(|e| problem(key("dead_letter_topic"), e))?;
         }
-        (ErrorPolicy::DeadLetter, Some(_)) => {}
         (_, Some(_)) => {
             return Err(problem(
                 key("dead_letter_topic"),
@@ -474,8 +462,6 @@ fn validate_mqtt(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
 }
 
 fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
-    use crate::sink::s3::format::Encoder;
-    use crate::sink::s3::key::{KeyTemplate, parse_time_zone};
     let key = |k: &str| format!("sink[{i}].s3.{k}");
     let Some(c) = &sink.s3 else {
         return Err(problem(
@@ -508,8 +494,9 @@ fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
         }
     }
     let region = c.region.clone().unwrap_or_else(|| "us-east-1".to_owned());
-    let endpoint =
-        crate::sink::s3::endpoint(c, &region).map_err(|e| problem(key("endpoint"), e))?;
+    let endpoint = c
+        .endpoint(&region)
+        .map_err(|e| problem(key("endpoint"), e))?;
     endpoint
         .check_bucket(&c.bucket)
         .map_err(|e| problem(key("bucket"), e.to_string()))?;
@@ -552,15 +539,14 @@ fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
         }
         Some(_) => {}
     }
-    let template = KeyTemplate::parse(&c.key).map_err(|e| problem(key("key"), e))?;
-    if template.needs_last_offset() && c.max_object_size.0 > c.part_size.0 {
+    if c.key.needs_last_offset() && c.max_object_size.0 > c.part_size.0 {
         return Err(problem(
             key("key"),
             "{last_offset} is only known when an object is closed, so such objects are sent whole: set max_object_size to at most part_size",
         ));
     }
-    parse_time_zone(&c.time_zone).map_err(|e| problem(key("time_zone"), e))?;
-    Encoder::new(crate::sink::s3::format_options(c))
+    c.format_options()
+        .level_in_use()
         .map_err(|e| problem(key("compression_level"), e))?;
     if c.part_size.0 < 5 << 20 || c.part_size.0 > 5 << 30 {
         return Err(problem(

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use super::{Acks, Sink, SinkError};
 use crate::config::{ConfirmOrder, FileSinkConfig, SinkConfig, SinkType};
 use crate::json;
-use crate::message::{self, Batch};
+use crate::message::Batch;
+use crate::template::name::Place;
 
 enum Output {
     Stdout,
@@ -35,6 +36,7 @@ pub struct FileSink {
     cfg: FileSinkConfig,
     acks: Acks,
     buf: Vec<u8>,
+    records: json::RecordWriter,
     /// Batches written whose delayed confirmation has not run yet.
     pending: Rc<Cell<usize>>,
 }
@@ -53,10 +55,12 @@ impl FileSink {
         let cfg = config.file.clone().unwrap_or_default();
         let path = match (config.kind, &cfg.path) {
             (SinkType::Stdout, _) => None,
-            (_, Some(p)) if p.as_os_str() == "-" => None,
-            (_, Some(p)) => Some(PathBuf::from(
-                p.to_string_lossy().replace("{shard}", &shard.to_string()),
-            )),
+            (_, Some(p)) if p.is_stdout() => None,
+            (_, Some(p)) => Some(p.render(Place {
+                sink: &config.name,
+                shard,
+                conn: 0,
+            })),
             (_, None) => {
                 return Err(SinkError::config(format!(
                     "sink {:?}: file.path is missing",
@@ -70,44 +74,25 @@ impl FileSink {
             cfg,
             acks,
             buf: Vec::with_capacity(64 * 1024),
+            records: json::RecordWriter::default(),
             pending: Rc::new(Cell::new(0)),
         })
     }
 
-    fn encode(cfg: &FileSinkConfig, batch: &Batch, buf: &mut Vec<u8>) {
-        let p = &batch.partition;
-        buf.clear();
-        for m in &batch.messages {
-            buf.push(b'{');
-            if cfg.metadata {
-                buf.extend_from_slice(b"\"stream\":");
-                json::string(buf, p.stream.as_bytes());
-                buf.extend_from_slice(b",\"topic\":");
-                json::string(buf, p.topic.as_bytes());
-                let _ = write!(
-                    buf,
-                    ",\"partition\":{},\"offset\":{},\"id\":\"{}\",\"timestamp\":{},\"origin_timestamp\":{},",
-                    p.partition, m.offset, m.id, m.timestamp, m.origin_timestamp
-                );
+    fn encode(&mut self, batch: &Batch) {
+        let o = json::RecordOptions {
+            meta: if self.cfg.metadata {
+                json::Meta::All
             } else {
-                let _ = write!(buf, "\"offset\":{},", m.offset);
-            }
-            if cfg.headers && !m.headers.is_empty() {
-                buf.extend_from_slice(b"\"headers\":{");
-                let mut first = true;
-                for h in message::headers(&m.headers).map_while(Result::ok) {
-                    if !first {
-                        buf.push(b',');
-                    }
-                    first = false;
-                    json::string(buf, h.key);
-                    buf.push(b':');
-                    json::string(buf, h.value_string().as_bytes());
-                }
-                buf.extend_from_slice(b"},");
-            }
-            json::payload_field(buf, &m.payload, cfg.payload);
-            buf.extend_from_slice(b"}\n");
+                json::Meta::Offset
+            },
+            headers: self.cfg.headers,
+            payload: self.cfg.payload,
+        };
+        self.buf.clear();
+        for m in &batch.messages {
+            self.records.record(&mut self.buf, o, &batch.partition, m);
+            self.buf.push(b'\n');
         }
     }
 }
@@ -176,9 +161,9 @@ impl Sink for FileSink {
             }
         };
         let max_delay = self.cfg.confirm_delay.0;
+        self.encode(&batch);
+        drop(batch);
         if max_delay.is_zero() {
-            Self::encode(&self.cfg, &batch, &mut self.buf);
-            drop(batch);
             write_out(&self.out, self.path.as_ref(), self.cfg.fsync, &self.buf)?;
             confirm();
             return Ok(());
@@ -186,9 +171,7 @@ impl Sink for FileSink {
         // Testing aid: hold the batch a random time up to confirm_delay, then write and
         // confirm it, so batches complete out of order and the file holds exactly what was
         // confirmed.
-        let mut buf = Vec::new();
-        Self::encode(&self.cfg, &batch, &mut buf);
-        drop(batch);
+        let buf = std::mem::take(&mut self.buf);
         let delay = max_delay.mul_f64(fastrand::f64());
         let (out, path, fsync) = (Rc::clone(&self.out), self.path.clone(), self.cfg.fsync);
         let pending = Rc::clone(&self.pending);

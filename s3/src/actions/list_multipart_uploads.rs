@@ -8,7 +8,7 @@
 //!
 //! Idempotent (a read).
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use crate::endpoint::Endpoint;
 use crate::error::Error;
@@ -206,57 +206,15 @@ fn url_decode(s: &str, what: &str) -> Result<String, Error> {
         })
 }
 
-/// Parses `YYYY-MM-DDTHH:MM:SS[.fraction]Z`.
+/// Parses `YYYY-MM-DDTHH:MM:SS[.fraction]Z` (UTC, as S3 writes `Initiated`; an offset other
+/// than `Z` or a time before 1970 is refused).
 pub fn parse_iso8601_utc(s: &str) -> Option<SystemTime> {
-    let b = s.as_bytes();
-    if b.len() < 20
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || b[10] != b'T'
-        || b[13] != b':'
-        || b[16] != b':'
-    {
+    if !s.ends_with('Z') || s.len() < 20 {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| -> Option<u32> {
-        let part = s.get(r)?;
-        if part.bytes().all(|c| c.is_ascii_digit()) {
-            part.parse().ok()
-        } else {
-            None
-        }
-    };
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, min, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let rest = s.get(19..)?;
-    let nanos = match rest.strip_suffix('Z')? {
-        "" => 0,
-        frac => {
-            let digits = frac.strip_prefix('.')?;
-            if digits.is_empty() || digits.len() > 9 || !digits.bytes().all(|c| c.is_ascii_digit())
-            {
-                return None;
-            }
-            let v: u32 = digits.parse().ok()?;
-            v * 10u32.pow(9 - digits.len() as u32)
-        }
-    };
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || min > 59 || sec > 60 {
+    let t: jiff::Timestamp = s.parse().ok()?;
+    if t.as_second() < 0 {
         return None;
     }
-    let days = days_from_civil(i64::from(year), month, day);
-    let secs = days * 86_400 + i64::from(hour) * 3600 + i64::from(min) * 60 + i64::from(sec);
-    let secs = u64::try_from(secs).ok()?;
-    SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
-}
-
-/// Days from 1970-01-01 to the given date (proleptic Gregorian; H. Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    SystemTime::try_from(t).ok()
 }

@@ -34,6 +34,8 @@ use tracing::{info, warn};
 use super::shape::{Kept, Shaper};
 use crate::config::{ErrorPolicy, MqttSinkConfig, MqttVersion};
 use crate::sink::Acks;
+use crate::template::name::Place;
+use crate::template::topic::topic_name;
 
 /// The most bytes gathered into one vectored write.
 const MAX_WRITE: usize = 1 << 20;
@@ -428,18 +430,16 @@ async fn connection(
 fn connect_packet(ctx: &Ctx, link: &Link, clean: bool) -> Result<Connect, ConnectError> {
     let cfg = &ctx.cfg;
     let protocol = link.session.borrow().protocol();
-    let fill = |t: &str| {
-        t.replace("{sink}", &ctx.sink)
-            .replace("{shard}", &ctx.shard.to_string())
-            .replace("{conn}", &link.index.to_string())
-            .replace("{pid}", &std::process::id().to_string())
-            .replace("{host}", host_name())
+    let place = Place {
+        sink: &ctx.sink,
+        shard: ctx.shard,
+        conn: link.index,
     };
     let bad = |what: &str, e: String| ConnectError {
         fatal: true,
         message: format!("{what}: {e}"),
     };
-    let id = fill(&cfg.client_id);
+    let id = cfg.client_id.render(place);
     if protocol == Protocol::V311 && !link.tried.get() && !portable_v311_id(&id) {
         warn!(
             sink = %ctx.sink,
@@ -474,8 +474,7 @@ fn connect_packet(ctx: &Ctx, link: &Link, clean: bool) -> Result<Connect, Connec
         c.properties.maximum_packet_size = NonZeroU32::new(cfg.max_incoming_packet());
     }
     if let Some(w) = &cfg.will {
-        let topic = MqttStr::from_str(&fill(&w.topic))
-            .map_err(|e| bad("mqtt.will.topic", e.to_string()))?;
+        let topic = topic_name(w.topic.render(place)).map_err(|e| bad("mqtt.will.topic", e))?;
         c.will = Some(Will {
             topic,
             payload: Bytes::copy_from_slice(w.payload.as_bytes()),
@@ -735,23 +734,6 @@ const ACK_STALL: Duration = Duration::from_millis(30);
 /// Whether an MQTT 3.1.1 broker must accept `id` (1-23 bytes of 0-9, a-z, A-Z; MQTT-3.1.3-5).
 fn portable_v311_id(id: &str) -> bool {
     (1..=23).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric())
-}
-
-/// This host's name for `{host}` in client ids and will topics (`gethostname`; `localhost`
-/// when it cannot be read or is not UTF-8). Read once.
-fn host_name() -> &'static str {
-    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    NAME.get_or_init(|| {
-        let mut buf = [0u8; 256];
-        // SAFETY: gethostname writes at most `buf.len()` bytes into our buffer.
-        #[allow(unsafe_code)]
-        let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        match std::str::from_utf8(&buf[..end]) {
-            Ok(name) if rc == 0 && !name.is_empty() => name.to_owned(),
-            _ => "localhost".to_owned(),
-        }
-    })
 }
 
 /// The smallest acknowledgement on the wire (PUBACK, PUBREC, PUBCOMP: fixed header and
@@ -1027,14 +1009,5 @@ mod tests {
         assert!(!portable_v311_id("abcdefghijklmnopqrstuvwx")); // 24
         assert!(!portable_v311_id("spillway-sink-0-0"));
         assert!(!portable_v311_id(""));
-    }
-
-    #[test]
-    fn the_host_name_is_the_kernels() {
-        let name = host_name();
-        assert!(!name.is_empty());
-        if let Ok(kernel) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
-            assert_eq!(name, kernel.trim());
-        }
     }
 }

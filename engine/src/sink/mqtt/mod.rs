@@ -5,13 +5,12 @@
 //! packet-id window in the codec's [`spillway_codec::session::Session`]. A partition always
 //! uses the same connection (slot modulo connections), so its messages reach the broker in
 //! offset order, re-sends included. [`shape`] turns a message into a PUBLISH (topic from
-//! [`route`], QoS, retain, envelope, MQTT 5 properties). An offset is confirmed to the engine
+//! [`crate::template::topic`], QoS, retain, envelope, MQTT 5 properties). An offset is confirmed to the engine
 //! on PUBACK (QoS 1), PUBCOMP (QoS 2) or once written to the socket (QoS 0); a broker
 //! rejection (reason code 0x80 or more) or a message that cannot be routed goes to the sink's
 //! `on_error` policy, `dead_letter` publishing it to `dead_letter_topic` with the reason.
 
 mod conn;
-mod route;
 mod shape;
 
 use std::cell::RefCell;
@@ -26,8 +25,6 @@ use self::shape::{Kept, Shaper};
 use super::{Acks, Sink, SinkError, SinkStatus};
 use crate::config::{ErrorPolicy, SinkConfig};
 use crate::message::Batch;
-
-pub use self::route::{PLACEHOLDERS, Template};
 
 /// See the module docs.
 pub struct MqttSink {
@@ -72,7 +69,7 @@ impl MqttSink {
         };
         let dead_letter_topic = match &cfg.dead_letter_topic {
             Some(t) => Some(
-                route::topic_name(Bytes::copy_from_slice(t.as_bytes()))
+                crate::template::topic::topic_name(Bytes::copy_from_slice(t.as_bytes()))
                     .map_err(|e| err(format!("mqtt.dead_letter_topic: {e}")))?,
             ),
             None => None,

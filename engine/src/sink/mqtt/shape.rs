@@ -1,4 +1,4 @@
-//! From an Iggy message to an MQTT PUBLISH: the topic (see [`super::route`]), QoS and retain
+//! From an Iggy message to an MQTT PUBLISH: the topic (see [`crate::template::topic`]), QoS and retain
 //! (configured, or per message from headers), the envelope, and the MQTT 5 properties.
 //!
 //! The payload is shared, never copied, unless the JSON envelope wraps it. A message that
@@ -11,10 +11,10 @@ use std::rc::Rc;
 use bytes::Bytes;
 use spillway_codec::{MqttStr, Properties, Publish, QoS, ReasonCode};
 
-use super::route::{Template, topic_name};
 use crate::config::{Envelope, MqttSinkConfig, MqttVersion, PayloadEncoding};
 use crate::json;
 use crate::message::{self, Message, PartitionInfo};
+use crate::template::topic::{TopicTemplate, topic_name};
 
 /// The user-property keys of the `properties` envelope, in the order they are sent.
 pub const META_KEYS: [&str; 7] = [
@@ -34,7 +34,7 @@ enum Route {
     Static(MqttStr),
     /// A template; per-partition templates are rendered once per partition.
     Template {
-        template: Template,
+        template: TopicTemplate,
         cache: Vec<Option<MqttStr>>,
     },
     /// The value of a header, else the fallback.
@@ -77,8 +77,8 @@ pub struct Shaper {
 impl Shaper {
     /// Compiles the routing and options of `cfg`; the error names the key.
     pub fn new(cfg: &MqttSinkConfig) -> Result<Shaper, String> {
-        let route_of = |t: &str| -> Result<Route, String> {
-            let template = Template::parse(t).map_err(|e| format!("mqtt.topic: {e}"))?;
+        let route_of = |template: &TopicTemplate| -> Result<Route, String> {
+            let template = template.clone();
             if template.is_static() {
                 let topic = topic_name(Bytes::from(template.literal()))
                     .map_err(|e| format!("mqtt.topic: {e}"))?;
@@ -94,7 +94,7 @@ impl Shaper {
             (Some(t), None) => route_of(t)?,
             (t, Some(h)) => Route::Header {
                 name: h.clone(),
-                fallback: t.as_deref().map(route_of).transpose()?.map(Box::new),
+                fallback: t.as_ref().map(route_of).transpose()?.map(Box::new),
             },
             (None, None) => {
                 return Err(
@@ -289,35 +289,8 @@ impl Shaper {
 
     /// `{"metadata":{...},"headers":{...},"payload":...}` (with `"error"` for a dead letter).
     fn json_envelope(&self, p: &PartitionInfo, m: &Message, error: Option<&str>) -> Vec<u8> {
-        use std::io::Write as _;
         let mut out = Vec::with_capacity(m.payload.len() + 256);
-        out.extend_from_slice(b"{\"metadata\":{\"stream\":");
-        json::string(&mut out, p.stream.as_bytes());
-        out.extend_from_slice(b",\"topic\":");
-        json::string(&mut out, p.topic.as_bytes());
-        let _ = write!(
-            out,
-            ",\"partition\":{},\"offset\":{},\"id\":\"{}\",\"timestamp\":{},\"origin_timestamp\":{}}},\"headers\":{{",
-            p.partition, m.offset, m.id, m.timestamp, m.origin_timestamp
-        );
-        let mut first = true;
-        for h in message::headers(&m.headers).map_while(Result::ok) {
-            if !first {
-                out.push(b',');
-            }
-            first = false;
-            json::string(&mut out, h.key);
-            out.push(b':');
-            json::string(&mut out, h.value_string().as_bytes());
-        }
-        out.extend_from_slice(b"},");
-        if let Some(e) = error {
-            out.extend_from_slice(b"\"error\":");
-            json::string(&mut out, e.as_bytes());
-            out.push(b',');
-        }
-        json::payload_field(&mut out, &m.payload, self.payload);
-        out.push(b'}');
+        json::envelope(&mut out, p, m, error, self.payload);
         out
     }
 

@@ -46,7 +46,7 @@
 //!
 //! The per-record path reuses the encoder's buffers and allocates nothing in steady state,
 //! except for a few cases: a header value of a numeric kind (rendered through
-//! [`message::Header::value_string`]) and a non-UTF-8 payload in a JSON format (base64 through
+//! [`crate::message::Header::value_string`]) and a non-UTF-8 payload in a JSON format (base64 through
 //! [`json::payload_field`]).
 
 use std::fmt;
@@ -58,87 +58,10 @@ use flate2::{Compress, FlushCompress};
 use zstd::stream::raw::{CParameter, Operation as _, OutBuffer};
 
 use crate::config::PayloadEncoding;
+pub use crate::config::{Compression, Format, FormatOptions, Framing};
 use crate::json;
-use crate::message::{self, HeaderKind, Message, PartitionInfo};
+use crate::message::{Message, PartitionInfo};
 
-/// Record format of objects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Format {
-    /// One JSON object per line.
-    #[default]
-    JsonLines,
-    /// One JSON array of objects.
-    JsonArray,
-    /// The payloads, framed by [`Framing`].
-    Raw,
-    /// RFC 4180 CSV with a header line.
-    Csv,
-}
-
-/// Compression of objects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Compression {
-    /// Stored as encoded.
-    #[default]
-    None,
-    /// gzip (RFC 1952), `Content-Encoding: gzip`.
-    Gzip,
-    /// zstd (RFC 8878), `Content-Encoding: zstd`.
-    Zstd,
-}
-
-/// How `raw` separates payloads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Framing {
-    /// These bytes after each payload (may be empty: payloads back to back).
-    Separator(Vec<u8>),
-    /// The payload's length as a big-endian u32 before each payload.
-    LengthPrefix,
-}
-
-impl Default for Framing {
-    fn default() -> Self {
-        Framing::Separator(b"\n".to_vec())
-    }
-}
-
-/// What [`Encoder`] writes.
-#[derive(Debug, Clone)]
-pub struct FormatOptions {
-    /// Record format.
-    pub format: Format,
-    /// Compression.
-    pub compression: Compression,
-    /// gzip 0-9 (default 6), zstd 1-22 (default 3); None = the codec default.
-    pub level: Option<i32>,
-    /// JSON formats and csv: stream, topic, partition, offset, id, timestamp, origin_timestamp.
-    pub metadata: bool,
-    /// JSON formats: a "headers" object; csv: a "headers" column holding a JSON object.
-    pub headers: bool,
-    /// How payloads are written (JSON formats and csv).
-    pub payload: PayloadEncoding,
-    /// `raw` only.
-    pub framing: Framing,
-}
-
-impl Default for FormatOptions {
-    fn default() -> Self {
-        FormatOptions {
-            format: Format::JsonLines,
-            compression: Compression::None,
-            level: None,
-            metadata: true,
-            headers: true,
-            payload: PayloadEncoding::Auto,
-            framing: Framing::default(),
-        }
-    }
-}
-
-const GZIP_DEFAULT_LEVEL: i32 = 6;
-const ZSTD_DEFAULT_LEVEL: i32 = 3;
 /// The least free room handed to a codec for one step.
 const MIN_ROOM: usize = 8 * 1024;
 /// How much the output buffer grows when a codec needs room.
@@ -154,8 +77,8 @@ pub struct Encoder {
     scratch: Vec<u8>,
     /// csv: the headers column, before it is quoted.
     field: Vec<u8>,
-    /// JSON formats: the partition's metadata fields, rendered once.
-    prefix: Prefix,
+    /// JSON formats: the record writer (the partition's fields rendered once).
+    json: json::RecordWriter,
     /// Records pushed into the current object.
     records: u64,
     /// Between begin() and finish().
@@ -182,41 +105,26 @@ impl fmt::Debug for Encoder {
 }
 
 impl Encoder {
-    /// Checks the options (e.g. level out of range -> Err naming `s3.compression_level`).
+    /// An encoder for `opts`; a level out of range is an error naming
+    /// `s3.compression_level` (the check is the config's, [`FormatOptions::level_in_use`]).
     pub fn new(opts: FormatOptions) -> Result<Encoder, String> {
-        let (level, codec) = match (opts.compression, opts.level) {
-            (Compression::None, None) => (0, Codec::None),
-            (Compression::None, Some(level)) => {
-                return Err(format!(
-                    "s3.compression_level = {level} needs a compression: set s3.compression to \
-                     \"gzip\" or \"zstd\", or remove s3.compression_level"
-                ));
-            }
-            (Compression::Gzip, level) => {
-                let level = level.unwrap_or(GZIP_DEFAULT_LEVEL);
-                let Ok(l) = u32::try_from(level) else {
-                    return Err(level_error(level, "gzip", "0 to 9"));
-                };
-                if l > 9 {
-                    return Err(level_error(level, "gzip", "0 to 9"));
-                }
-                let gzip = Gzip {
+        let level = opts.level_in_use()?;
+        let codec = match opts.compression {
+            Compression::None => Codec::None,
+            Compression::Gzip => {
+                let l = u32::try_from(level).unwrap_or(0);
+                Codec::Gzip(Box::new(Gzip {
                     deflate: Compress::new(flate2::Compression::new(l), false),
                     crc: flate2::Crc::new(),
                     level: l,
-                };
-                (level, Codec::Gzip(Box::new(gzip)))
+                }))
             }
-            (Compression::Zstd, level) => {
-                let level = level.unwrap_or(ZSTD_DEFAULT_LEVEL);
-                if !(1..=22).contains(&level) {
-                    return Err(level_error(level, "zstd", "1 to 22"));
-                }
+            Compression::Zstd => {
                 let mut zstd = zstd::stream::raw::Encoder::new(level)
                     .map_err(|e| format!("s3.compression = \"zstd\": {e}"))?;
                 zstd.set_parameter(CParameter::ChecksumFlag(true))
                     .map_err(|e| format!("s3.compression = \"zstd\": {e}"))?;
-                (level, Codec::Zstd(Box::new(zstd)))
+                Codec::Zstd(Box::new(zstd))
             }
         };
         Ok(Encoder {
@@ -231,7 +139,7 @@ impl Encoder {
             },
             scratch: Vec::with_capacity(4096),
             field: Vec::new(),
-            prefix: Prefix::default(),
+            json: json::RecordWriter::default(),
             records: 0,
             open: false,
         })
@@ -272,14 +180,14 @@ impl Encoder {
         out.clear();
         match o.format {
             Format::JsonLines => {
-                json_record(out, o, self.prefix.of(p), m);
+                self.json.record(out, record_options(o), p, m);
                 out.push(b'\n');
             }
             Format::JsonArray => {
                 if self.records > 0 {
                     out.push(b',');
                 }
-                json_record(out, o, self.prefix.of(p), m);
+                self.json.record(out, record_options(o), p, m);
             }
             Format::Csv => csv_record(out, &mut self.field, o, p, m),
             Format::Raw => {
@@ -394,10 +302,6 @@ impl Encoder {
             Compression::Zstd => format!("{base}.zst"),
         }
     }
-}
-
-fn level_error(level: i32, codec: &str, range: &str) -> String {
-    format!("s3.compression_level = {level} is out of range for {codec}: use {range}")
 }
 
 /// The codec and the output of one object.
@@ -644,87 +548,17 @@ impl OutBuf {
     }
 }
 
-/// `"stream":..,"topic":..,"partition":N,` of the partition last asked for.
-#[derive(Default)]
-struct Prefix {
-    of: Option<(String, String, u32)>,
-    bytes: Vec<u8>,
-}
-
-impl Prefix {
-    fn of(&mut self, p: &PartitionInfo) -> &[u8] {
-        let same = self.of.as_ref().is_some_and(|(stream, topic, partition)| {
-            *partition == p.partition && **stream == *p.stream && **topic == *p.topic
-        });
-        if !same {
-            self.bytes.clear();
-            self.bytes.extend_from_slice(b"\"stream\":");
-            json::string(&mut self.bytes, p.stream.as_bytes());
-            self.bytes.extend_from_slice(b",\"topic\":");
-            json::string(&mut self.bytes, p.topic.as_bytes());
-            let _ = write!(self.bytes, ",\"partition\":{},", p.partition);
-            self.of = Some((p.stream.to_string(), p.topic.to_string(), p.partition));
-        }
-        &self.bytes
+/// The JSON record of `o` (the file sink's layout, without the offset-only metadata).
+fn record_options(o: &FormatOptions) -> json::RecordOptions {
+    json::RecordOptions {
+        meta: if o.metadata {
+            json::Meta::All
+        } else {
+            json::Meta::Off
+        },
+        headers: o.headers,
+        payload: o.payload,
     }
-}
-
-/// Appends `n` in decimal.
-fn decimal(out: &mut Vec<u8>, mut n: u128) {
-    let mut digits = [0u8; 39];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-}
-
-/// One JSON record (the file sink's layout), without separator; `prefix` from [`Prefix`].
-fn json_record(out: &mut Vec<u8>, o: &FormatOptions, prefix: &[u8], m: &Message) {
-    out.push(b'{');
-    if o.metadata {
-        out.extend_from_slice(prefix);
-        out.extend_from_slice(b"\"offset\":");
-        decimal(out, u128::from(m.offset));
-        out.extend_from_slice(b",\"id\":\"");
-        decimal(out, m.id);
-        out.extend_from_slice(b"\",\"timestamp\":");
-        decimal(out, u128::from(m.timestamp));
-        out.extend_from_slice(b",\"origin_timestamp\":");
-        decimal(out, u128::from(m.origin_timestamp));
-        out.push(b',');
-    }
-    if o.headers && !m.headers.is_empty() {
-        out.extend_from_slice(b"\"headers\":");
-        headers_object(out, &m.headers);
-        out.push(b',');
-    }
-    json::payload_field(out, &m.payload, o.payload);
-    out.push(b'}');
-}
-
-fn headers_object(out: &mut Vec<u8>, raw: &[u8]) {
-    out.push(b'{');
-    for (i, h) in message::headers(raw).map_while(Result::ok).enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        json::string(out, h.key);
-        out.push(b':');
-        match h.kind {
-            // What value_string() gives for these, without its String.
-            HeaderKind::Raw | HeaderKind::String | HeaderKind::Unknown(_) => {
-                json::string(out, h.value);
-            }
-            _ => json::string(out, h.value_string().as_bytes()),
-        }
-    }
-    out.push(b'}');
 }
 
 /// One CSV record with its CRLF.
@@ -747,7 +581,7 @@ fn csv_record(
     }
     if o.headers {
         field.clear();
-        headers_object(field, &m.headers);
+        json::headers_object(field, &m.headers);
         csv_field(out, field);
         out.push(b',');
     }

@@ -15,7 +15,6 @@
 //! per-partition message windows: an object confirms all its messages at once.
 
 pub mod format;
-pub mod key;
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -25,38 +24,15 @@ use bytes::Bytes;
 use monoio::task::JoinHandle;
 use spillway_s3::client::{ClientConfig, S3Client};
 use spillway_s3::credentials::Credentials;
-use spillway_s3::endpoint::{AddressingStyle, Endpoint};
 use spillway_s3::options::{ObjectOptions, Sse};
 use spillway_s3::upload::{Gauge, ObjectWriter, UploadConfig};
 use tracing::{debug, info, warn};
 
-use self::format::{Encoder, FormatOptions, Framing};
-use self::key::{KeyInput, KeyTemplate, parse_time_zone};
+use self::format::{Encoder, FormatOptions};
 use super::{Acks, Sink, SinkError, SinkStatus};
 use crate::config::{ChecksumKind, ErrorPolicy, OnShutdown, S3SinkConfig, SinkConfig, SseKind};
 use crate::message::{Batch, Message, PartitionInfo};
-
-/// The endpoint of `c` in `region`: the custom one (path-style unless told otherwise) or AWS.
-pub fn endpoint(c: &S3SinkConfig, region: &str) -> Result<Endpoint, String> {
-    let style = c.path_style.map(|p| {
-        if p {
-            AddressingStyle::Path
-        } else {
-            AddressingStyle::VirtualHosted
-        }
-    });
-    match &c.endpoint {
-        Some(url) => Endpoint::parse(url, region, style).map_err(|e| e.to_string()),
-        None => {
-            spillway_s3::endpoint::check_region(region).map_err(|e| e.to_string())?;
-            let mut e = Endpoint::aws(region);
-            if let Some(s) = style {
-                e.style = s;
-            }
-            Ok(e)
-        }
-    }
-}
+use crate::template::key::{self, KeyInput};
 
 /// Logs the attempts the S3 client retries: a store too slow for its deadline by name (a WARN,
 /// at most one in 10 s, with how many more), the rest at debug level (the object's own failure,
@@ -88,23 +64,6 @@ fn retry_logger(sink: &str) -> spillway_s3::client::RetryObserver {
             );
         }
     })
-}
-
-/// The encoder options of `c`.
-pub fn format_options(c: &S3SinkConfig) -> FormatOptions {
-    FormatOptions {
-        format: c.format,
-        compression: c.compression,
-        level: c.compression_level,
-        metadata: c.metadata,
-        headers: c.headers,
-        payload: c.payload,
-        framing: if c.length_prefix {
-            Framing::LengthPrefix
-        } else {
-            Framing::Separator(c.separator.as_bytes().to_vec())
-        },
-    }
 }
 
 /// Why an object (or a dead letter) failed, and whether trying it again can help.
@@ -226,8 +185,6 @@ pub struct S3Sink {
     cfg: S3SinkConfig,
     client: Rc<S3Client>,
     acks: Acks,
-    template: KeyTemplate,
-    tz: i32,
     upload: UploadConfig,
     parts: Vec<Option<PartWriter>>,
     key_buf: String,
@@ -290,7 +247,9 @@ impl S3Sink {
             .clone()
             .ok_or_else(|| err("[sink.s3] is missing".to_owned()))?;
         let region = cfg.region.clone().unwrap_or_else(|| "us-east-1".to_owned());
-        let endpoint = endpoint(&cfg, &region).map_err(|e| err(format!("s3.endpoint: {e}")))?;
+        let endpoint = cfg
+            .endpoint(&region)
+            .map_err(|e| err(format!("s3.endpoint: {e}")))?;
         let credentials = Credentials::new(
             cfg.access_key_id.clone().unwrap_or_default(),
             cfg.secret_access_key
@@ -315,9 +274,7 @@ impl S3Sink {
         let client = S3Client::new(client_cfg)
             .map_err(|e| err(format!("S3 client: {e}")))?
             .with_retry_observer(retry_logger(&config.name));
-        let template = KeyTemplate::parse(&cfg.key).map_err(|e| err(format!("s3.key: {e}")))?;
-        let tz = parse_time_zone(&cfg.time_zone).map_err(|e| err(format!("s3.time_zone: {e}")))?;
-        let probe = Encoder::new(format_options(&cfg)).map_err(err)?;
+        let probe = Encoder::new(cfg.format_options()).map_err(err)?;
         let mut upload = UploadConfig::new(cfg.part_size.0, cfg.parts_in_flight);
         upload.options = ObjectOptions {
             content_type: Some(probe.content_type().to_owned()),
@@ -367,8 +324,6 @@ impl S3Sink {
             lead,
             client,
             acks,
-            template,
-            tz,
             upload,
             parts: Vec::new(),
             key_buf: String::new(),
@@ -386,7 +341,7 @@ impl S3Sink {
             self.parts.resize_with(slot + 1, || None);
         }
         if self.parts[slot].is_none() {
-            let encoder = Encoder::new(format_options(&self.cfg)).map_err(SinkError::config)?;
+            let encoder = Encoder::new(self.cfg.format_options()).map_err(SinkError::config)?;
             self.parts[slot] = Some(PartWriter {
                 info: Rc::clone(info),
                 encoder,
@@ -423,8 +378,12 @@ impl S3Sink {
             last_offset: last,
             ext: &ext,
         };
-        self.template
-            .render(&self.cfg.prefix, self.tz, &input, &mut self.key_buf)?;
+        self.cfg.key.render(
+            &self.cfg.prefix,
+            &self.cfg.time_zone,
+            &input,
+            &mut self.key_buf,
+        )?;
         Ok(self.key_buf.clone())
     }
 
@@ -440,8 +399,12 @@ impl S3Sink {
             last_offset: Some(m.offset),
             ext: &ext,
         };
-        self.template
-            .render(&self.cfg.prefix, self.tz, &input, &mut self.key_buf)
+        self.cfg.key.render(
+            &self.cfg.prefix,
+            &self.cfg.time_zone,
+            &input,
+            &mut self.key_buf,
+        )
     }
 
     /// A message the sink cannot write (no key renders for it): to `on_error`. Under

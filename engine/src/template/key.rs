@@ -1,0 +1,369 @@
+//! S3 object key templates (`s3.key`) and the zone their dates are written in
+//! (`s3.time_zone`). Everything that goes into a key comes from the object's data (its
+//! partition, its first message's time and headers, its offsets), never from the wall clock,
+//! so writing the same messages again gives the same key: a replay overwrites an object
+//! instead of adding a second copy.
+
+use std::fmt::Write as _;
+
+use jiff::Timestamp;
+use jiff::tz::{Offset, TimeZone};
+
+use super::{Field, Name, Template, Vocabulary};
+use crate::message::{Message, PartitionInfo, header};
+
+/// S3's limit on a key, in bytes.
+pub const MAX_KEY: usize = 1024;
+
+/// What a key template takes.
+pub const VOCABULARY: Vocabulary = Vocabulary {
+    names: &[
+        ("stream", Name::Stream),
+        ("topic", Name::Topic),
+        ("partition", Name::Partition),
+        ("date", Name::Date),
+        ("hour", Name::Hour),
+        ("minute", Name::Minute),
+        ("timestamp", Name::Timestamp),
+        ("first_offset", Name::FirstOffset),
+        ("last_offset", Name::LastOffset),
+        ("ext", Name::Ext),
+    ],
+    header: true,
+    json: false,
+};
+
+/// The default `s3.key`.
+pub const DEFAULT: &str = "{stream}/{topic}/{date}/{hour}/{partition}-{first_offset}.{ext}";
+
+/// A parsed `s3.key`: it has `{partition}` and `{first_offset}`, so no two objects share a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyTemplate(Template);
+
+super::from_text!(KeyTemplate);
+
+/// What a key is made of.
+#[derive(Debug)]
+pub struct KeyInput<'a> {
+    pub partition: &'a PartitionInfo,
+    /// The object's first message (time and headers).
+    pub first: &'a Message,
+    /// Its last offset, when known (objects whose key needs it are written at close).
+    pub last_offset: Option<u64>,
+    /// The file extension of the format and compression.
+    pub ext: &'a str,
+}
+
+impl KeyTemplate {
+    /// Parses `text`; an unknown placeholder, or a template that would give two objects one
+    /// key, is an error saying so.
+    pub fn parse(text: &str) -> Result<KeyTemplate, String> {
+        let t = Template::parse(text, &VOCABULARY)?;
+        if !t.has(Name::FirstOffset) {
+            return Err(format!(
+                "{text:?} has no {{first_offset}}: without it two objects of a partition would get the same key"
+            ));
+        }
+        if !t.has(Name::Partition) {
+            return Err(format!(
+                "{text:?} has no {{partition}}: without it objects of two partitions could get the same key"
+            ));
+        }
+        Ok(KeyTemplate(t))
+    }
+
+    /// The template itself.
+    pub fn template(&self) -> &Template {
+        &self.0
+    }
+
+    /// Whether the key needs the object's last offset (then the object is sent whole at
+    /// close, so it must fit in one part).
+    pub fn needs_last_offset(&self) -> bool {
+        self.0.has(Name::LastOffset)
+    }
+
+    /// Renders `prefix` + the template into `out` (cleared first), dates in `zone`.
+    pub fn render(
+        &self,
+        prefix: &str,
+        zone: &KeyZone,
+        input: &KeyInput<'_>,
+        out: &mut String,
+    ) -> Result<(), String> {
+        out.clear();
+        out.push_str(prefix);
+        let mut civil = None;
+        self.0.render_into(out, |field, out| {
+            match field {
+                Field::Named(Name::Stream) => escape_into(out, &input.partition.stream),
+                Field::Named(Name::Topic) => escape_into(out, &input.partition.topic),
+                Field::Named(Name::Partition) => {
+                    let _ = write!(out, "{}", input.partition.partition);
+                }
+                Field::Named(n @ (Name::Date | Name::Hour | Name::Minute)) => {
+                    let t = match civil {
+                        Some(t) => t,
+                        None => *civil.insert(zone.civil(input.first.timestamp)?),
+                    };
+                    let _ = match n {
+                        Name::Date => write!(out, "{:04}-{:02}-{:02}", t.year(), t.month(), t.day()),
+                        Name::Hour => write!(out, "{:02}", t.hour()),
+                        _ => write!(out, "{:02}", t.minute()),
+                    };
+                }
+                Field::Named(Name::Timestamp) => {
+                    let _ = write!(out, "{}", input.first.timestamp);
+                }
+                Field::Named(Name::FirstOffset) => {
+                    let _ = write!(out, "{:020}", input.first.offset);
+                }
+                Field::Named(Name::LastOffset) => match input.last_offset {
+                    Some(o) => {
+                        let _ = write!(out, "{o:020}");
+                    }
+                    None => return Err("the key needs {last_offset}, not known yet".to_owned()),
+                },
+                Field::Named(Name::Ext) => out.push_str(input.ext),
+                Field::Header(name) => match header(&input.first.headers, name) {
+                    Some(h) => escape_into(out, &h.value_string()),
+                    None => {
+                        return Err(format!(
+                            "the key template needs header {name:?}, which the object's first message (offset {}) does not have",
+                            input.first.offset
+                        ));
+                    }
+                },
+                Field::Named(_) | Field::Json(_) => {}
+            }
+            Ok(())
+        })?;
+        if out.len() > MAX_KEY {
+            return Err(format!(
+                "the key would be {} bytes, more than S3's {MAX_KEY}: {}…",
+                out.len(),
+                out.chars().take(80).collect::<String>()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for KeyTemplate {
+    fn default() -> Self {
+        match KeyTemplate::parse(DEFAULT) {
+            Ok(t) => t,
+            // DEFAULT is a constant that the tests parse.
+            Err(e) => unreachable!("the default key template does not parse: {e}"),
+        }
+    }
+}
+
+/// Appends `value` with every byte outside `A-Z a-z 0-9 - _ . ~` percent-encoded (a `/` in a
+/// stream name does not make a new level; spaces, `+`, `&`, non-ASCII are safe everywhere).
+pub fn escape_into(out: &mut String, value: &str) {
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+}
+
+/// The zone of `{date}`, `{hour}` and `{minute}` (`s3.time_zone`): `"UTC"`, `"Z"` or a fixed
+/// offset such as `"+02:00"` or `"-0530"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyZone(TimeZone);
+
+super::from_text!(KeyZone);
+
+impl Default for KeyZone {
+    fn default() -> Self {
+        KeyZone(TimeZone::UTC)
+    }
+}
+
+impl KeyZone {
+    /// Parses a zone; the error says what is accepted.
+    pub fn parse(tz: &str) -> Result<KeyZone, String> {
+        if tz.eq_ignore_ascii_case("utc") || tz == "Z" {
+            return Ok(KeyZone(TimeZone::UTC));
+        }
+        let bad = || format!("{tz:?} is not \"UTC\" or an offset such as \"+02:00\"");
+        let (sign, rest) = match tz.as_bytes().first() {
+            Some(b'+') => (1, &tz[1..]),
+            Some(b'-') => (-1, &tz[1..]),
+            _ => return Err(bad()),
+        };
+        let digits: String = rest.chars().filter(|c| *c != ':').collect();
+        if digits.len() != 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let h: i32 = digits[..2].parse().map_err(|_| bad())?;
+        let m: i32 = digits[2..].parse().map_err(|_| bad())?;
+        if h > 14 || m > 59 {
+            return Err(bad());
+        }
+        let offset = Offset::from_seconds(sign * (h * 3600 + m * 60)).map_err(|_| bad())?;
+        Ok(KeyZone(TimeZone::fixed(offset)))
+    }
+
+    /// The civil time in this zone of `micros` µs since the Unix epoch.
+    pub fn civil(&self, micros: u64) -> Result<jiff::civil::DateTime, String> {
+        let t = i64::try_from(micros)
+            .ok()
+            .and_then(|us| Timestamp::from_microsecond(us).ok())
+            .ok_or_else(|| {
+                format!("the timestamp {micros} µs is beyond the dates a key can hold")
+            })?;
+        Ok(self.0.to_datetime(t))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::rc::Rc;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::message::encode_headers;
+
+    fn part() -> PartitionInfo {
+        PartitionInfo {
+            slot: 0,
+            stream: Rc::from("my stream/1"),
+            topic: Rc::from("orders"),
+            partition: 3,
+        }
+    }
+
+    fn msg(ts_us: u64) -> Message {
+        Message {
+            offset: 42,
+            id: 1,
+            timestamp: ts_us,
+            origin_timestamp: ts_us,
+            payload: Bytes::new(),
+            headers: encode_headers(&[("site", "north pole")]),
+        }
+    }
+
+    #[test]
+    fn renders_every_placeholder_from_the_data() {
+        let t = KeyTemplate::parse(
+            "{stream}/{topic}/{date}/{hour}/{minute}/{header.site}/{partition}-{first_offset}-{last_offset}.{ext}",
+        )
+        .unwrap();
+        // 2024-02-29T23:59:30Z
+        let m = msg(1_709_251_170_000_000);
+        let mut out = String::new();
+        let input = KeyInput {
+            partition: &part(),
+            first: &m,
+            last_offset: Some(99),
+            ext: "jsonl.gz",
+        };
+        t.render("raw/", &KeyZone::default(), &input, &mut out)
+            .unwrap();
+        assert_eq!(
+            out,
+            "raw/my%20stream%2F1/orders/2024-02-29/23/59/north%20pole/3-00000000000000000042-00000000000000000099.jsonl.gz"
+        );
+        // The same instant at +01:00 is the next day.
+        let plus1 = KeyZone::parse("+01:00").unwrap();
+        t.render("", &plus1, &input, &mut out).unwrap();
+        assert!(out.contains("/2024-03-01/00/59/"), "{out}");
+        let t = KeyTemplate::parse("{timestamp}-{partition}-{first_offset}").unwrap();
+        t.render("", &plus1, &input, &mut out).unwrap();
+        assert_eq!(out, "1709251170000000-3-00000000000000000042");
+    }
+
+    #[test]
+    fn templates_that_cannot_work_are_refused() {
+        assert!(
+            KeyTemplate::parse("{stream}/{partition}.json")
+                .unwrap_err()
+                .contains("first_offset")
+        );
+        assert!(
+            KeyTemplate::parse("{stream}/{first_offset}")
+                .unwrap_err()
+                .contains("{partition}")
+        );
+        assert!(
+            KeyTemplate::parse("{partition}/{first_offset}/{nope}")
+                .unwrap_err()
+                .contains("{nope}")
+        );
+        assert!(
+            KeyTemplate::parse("{partition}/{first_offset}/{date")
+                .unwrap_err()
+                .contains("unclosed")
+        );
+        assert!(
+            KeyTemplate::parse("{partition}/{first_offset}/{json.a}")
+                .unwrap_err()
+                .contains("{header.NAME}")
+        );
+        let t = KeyTemplate::parse("{partition}-{first_offset}-{header.x}").unwrap();
+        let m = msg(0);
+        let input = KeyInput {
+            partition: &part(),
+            first: &m,
+            last_offset: None,
+            ext: "",
+        };
+        let mut out = String::new();
+        let utc = KeyZone::default();
+        assert!(
+            t.render("", &utc, &input, &mut out)
+                .unwrap_err()
+                .contains("\"x\"")
+        );
+        let long = "p".repeat(1100);
+        let t = KeyTemplate::parse("{partition}-{first_offset}").unwrap();
+        assert!(
+            t.render(&long, &utc, &input, &mut out)
+                .unwrap_err()
+                .contains("1024")
+        );
+        let t = KeyTemplate::parse("{partition}-{first_offset}-{last_offset}").unwrap();
+        assert!(t.render("", &utc, &input, &mut out).is_err());
+    }
+
+    #[test]
+    fn the_default_parses() {
+        let t = KeyTemplate::default();
+        assert_eq!(t.template().text(), DEFAULT);
+        assert!(!t.needs_last_offset());
+    }
+
+    #[test]
+    fn zones_and_dates() {
+        let utc = KeyZone::default();
+        assert_eq!(KeyZone::parse("UTC").unwrap(), utc);
+        assert_eq!(KeyZone::parse("Z").unwrap(), utc);
+        let at = |z: &KeyZone, us: u64| {
+            let t = z.civil(us).unwrap();
+            (t.year(), t.month(), t.day(), t.hour(), t.minute())
+        };
+        assert_eq!(at(&utc, 0), (1970, 1, 1, 0, 0));
+        // 2024-02-29T00:00:00Z, a leap day.
+        assert_eq!(at(&utc, 1_709_164_800_000_000), (2024, 2, 29, 0, 0));
+        assert_eq!(
+            at(&KeyZone::parse("+02:00").unwrap(), 0),
+            (1970, 1, 1, 2, 0)
+        );
+        assert_eq!(
+            at(&KeyZone::parse("-0530").unwrap(), 0),
+            (1969, 12, 31, 18, 30)
+        );
+        for bad in ["Europe/Paris", "+2", "+15:00", "+01:60", "", "02:00"] {
+            assert!(KeyZone::parse(bad).is_err(), "{bad}");
+        }
+        assert!(utc.civil(u64::MAX).is_err());
+    }
+}
