@@ -91,6 +91,14 @@ fn impossible_values_are_named() {
     assert_eq!(e.key, "sink[0].partitions");
     let e = error_of(&GOOD.replace("path = \"/tmp/out.jsonl\"", ""));
     assert_eq!(e.key, "sink[0].file.path");
+    // Templated strings are parsed when the file is read: the key and the placeholder named.
+    let e = error_of(&GOOD.replace("/tmp/out.jsonl", "/tmp/out-{conn}.jsonl"));
+    assert_eq!(e.key, "sink[0].file.path");
+    assert!(
+        e.message.contains("{conn}") && e.message.contains("{shard}"),
+        "{}",
+        e.message
+    );
     let e = error_of(&GOOD.replace("address = \"127.0.0.1:0\"", "address = \"localhost\""));
     assert_eq!(e.key, "metrics.address");
 }
@@ -302,7 +310,7 @@ fn an_s3_sink_loads_with_defaults_and_names_its_mistakes() {
             "source = \"generate\"\non_error = \"dead_letter\"",
         )
     };
-    let cases: [(String, &str, &str); 12] = [
+    let cases: [(String, &str, &str); 14] = [
         (with("format = \"parquet\""), "sink[0].s3.format", "parquet"),
         (dead_letter(""), "sink[0].s3.dead_letter_prefix", "missing"),
         (
@@ -329,6 +337,16 @@ fn an_s3_sink_loads_with_defaults_and_names_its_mistakes() {
             with("key = \"{partition}/{first_offset}/{nope}\""),
             "sink[0].s3.key",
             "{nope}",
+        ),
+        (
+            with("key = \"{partition}/{first_offset}}\""),
+            "sink[0].s3.key",
+            "unmatched",
+        ),
+        (
+            with("time_zone = \"+15:00\""),
+            "sink[0].s3.time_zone",
+            "+02:00",
         ),
         (
             with("key = \"{partition}-{first_offset}-{last_offset}\""),
