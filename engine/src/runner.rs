@@ -154,7 +154,6 @@ pub struct Runner {
     shard: Rc<ShardState>,
     reports: Vec<Ack>,
     scratch: Vec<Message>,
-    self_paced: bool,
     stream_name: Rc<str>,
     topic_name: Rc<str>,
 }
@@ -186,7 +185,7 @@ impl Runner {
         let acks = Acks::new();
         let sink = crate::sink::build(&cfg, shard_index, lead, acks.clone())
             .map_err(|e| EngineError::new(e.class, named(&e)))?;
-        let self_paced = sink.buffered().is_some();
+        let self_paced = sink.paced_by_memory();
         let partitions = match work {
             SinkWork::Partitions(p) => p.clone(),
             SinkWork::GroupMember => Vec::new(),
@@ -309,7 +308,6 @@ impl Runner {
             shard,
             reports: Vec::new(),
             scratch: Vec::new(),
-            self_paced,
             stream_name,
             topic_name,
         };
@@ -393,15 +391,15 @@ impl Runner {
         result
     }
 
-    /// Moves the sink's reports (and a self-paced sink's memory) into the flow.
+    /// Moves the sink's reports (and a self-paced sink's memory, when it changed) into the
+    /// flow.
     fn take_reports(&mut self, now: Instant) {
         self.acks.drain_into(&mut self.reports);
         for ack in self.reports.drain(..) {
             self.flow.handle_sink_event(now, ack);
         }
-        if self.self_paced {
-            self.flow
-                .handle_sink_buffered(self.sink.buffered().unwrap_or(0));
+        if let Some(bytes) = self.acks.take_held() {
+            self.flow.handle_sink_buffered(bytes);
         }
     }
 

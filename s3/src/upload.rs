@@ -40,6 +40,8 @@ pub struct UploadConfig {
     pub parts_in_flight: usize,
     /// Headers of the object (content type, SSE, metadata …).
     pub options: ObjectOptions,
+    /// A gauge every writer's bytes also count in (see [`Gauge`]), or none.
+    pub total: Option<Rc<Gauge>>,
 }
 
 impl UploadConfig {
@@ -48,28 +50,100 @@ impl UploadConfig {
             part_size,
             parts_in_flight,
             options: ObjectOptions::default(),
+            total: None,
         }
     }
 }
 
-/// Bytes an uploader holds (buffered, or in a part being uploaded), and the most it held.
-#[derive(Debug, Default)]
+/// Bytes held (buffered, or in a part being uploaded), and the most held at once.
+///
+/// A gauge may count within a larger one: every writer's gauge counts within
+/// [`UploadConfig::total`] when one is given (a sink's figure over all its objects, including
+/// those being completed or aborted by tasks it does not await). A gauge may also have a
+/// watcher, told the new figure after every change: that is how the owner of a total learns
+/// of bytes freed by a part that finished in a task of its own.
+#[derive(Default)]
 pub struct Gauge {
     current: Cell<u64>,
     peak: Cell<u64>,
+    parent: Option<Rc<Gauge>>,
+    watcher: Option<Box<dyn Fn(u64)>>,
+}
+
+impl fmt::Debug for Gauge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gauge")
+            .field("current", &self.current.get())
+            .field("peak", &self.peak.get())
+            .field("within", &self.parent.is_some())
+            .finish()
+    }
 }
 
 impl Gauge {
-    fn add(&self, n: u64) {
-        let c = self.current.get() + n;
+    /// A gauge on its own.
+    pub fn new() -> Gauge {
+        Gauge::default()
+    }
+
+    /// A gauge whose changes also count in `parent`.
+    pub fn within(parent: Rc<Gauge>) -> Gauge {
+        Gauge {
+            parent: Some(parent),
+            ..Gauge::default()
+        }
+    }
+
+    /// A gauge that tells `watcher` its figure after every change.
+    pub fn watched(watcher: impl Fn(u64) + 'static) -> Gauge {
+        Gauge {
+            watcher: Some(Box::new(watcher)),
+            ..Gauge::default()
+        }
+    }
+
+    /// `n` more bytes held.
+    pub fn add(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let c = self.current.get().saturating_add(n);
         self.current.set(c);
         if c > self.peak.get() {
             self.peak.set(c);
         }
+        if let Some(p) = &self.parent {
+            p.add(n);
+        }
+        if let Some(w) = &self.watcher {
+            w(c);
+        }
     }
 
-    fn sub(&self, n: u64) {
-        self.current.set(self.current.get().saturating_sub(n));
+    /// `n` bytes released (never below zero: what a parent loses is what this gauge held).
+    pub fn sub(&self, n: u64) {
+        let n = n.min(self.current.get());
+        if n == 0 {
+            return;
+        }
+        let c = self.current.get() - n;
+        self.current.set(c);
+        if let Some(p) = &self.parent {
+            p.sub(n);
+        }
+        if let Some(w) = &self.watcher {
+            w(c);
+        }
+    }
+
+    /// Moves a share counted as `from` to `to` (`from` becomes `to`).
+    pub fn adjust(&self, from: &mut u64, to: u64) {
+        if to > *from {
+            self.add(to - *from);
+        } else {
+            self.sub(*from - to);
+        }
+        *from = to;
     }
 
     pub fn current(&self) -> u64 {
@@ -78,6 +152,18 @@ impl Gauge {
 
     pub fn peak(&self) -> u64 {
         self.peak.get()
+    }
+}
+
+/// Bytes counted in a gauge until this is dropped (a request body on its way).
+struct Hold {
+    gauge: Rc<Gauge>,
+    bytes: u64,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.gauge.sub(self.bytes);
     }
 }
 
@@ -166,6 +252,14 @@ impl fmt::Debug for ObjectWriter {
     }
 }
 
+/// Bytes not handed to a part are released with the writer (a part under way releases its own
+/// when it finishes), so a total never keeps counting a writer that is gone.
+impl Drop for ObjectWriter {
+    fn drop(&mut self) {
+        self.held.sub(self.pending_len);
+    }
+}
+
 impl ObjectWriter {
     /// Opens an object; nothing is sent until the first part is full (or close).
     pub fn new(
@@ -193,7 +287,10 @@ impl ObjectWriter {
             running: 0,
             finished: Rc::new(Finished::default()),
             done: Vec::new(),
-            held: Rc::new(Gauge::default()),
+            held: Rc::new(match &cfg.total {
+                Some(total) => Gauge::within(Rc::clone(total)),
+                None => Gauge::new(),
+            }),
         })
     }
 
@@ -256,8 +353,8 @@ impl ObjectWriter {
     }
 
     /// Takes the first `n` pending bytes as a part body, splitting a chunk at the boundary
-    /// without copying.
-    fn cut_part(&mut self, n: u64) -> Body {
+    /// without copying. The body stays counted in the gauge until its hold is dropped.
+    fn cut_part(&mut self, n: u64) -> (Body, Hold) {
         let mut body = Body::empty();
         let mut need = n;
         let mut taken = 0;
@@ -277,11 +374,15 @@ impl ObjectWriter {
         }
         self.pending.drain(..taken);
         self.pending_len -= body.len();
-        body
+        let hold = Hold {
+            gauge: Rc::clone(&self.held),
+            bytes: body.len(),
+        };
+        (body, hold)
     }
 
     /// Starts uploading one part, first waiting for room in the window.
-    async fn start_part(&mut self, body: Body) -> Result<(), Error> {
+    async fn start_part(&mut self, (body, hold): (Body, Hold)) -> Result<(), Error> {
         let upload_id = match &self.upload_id {
             Some(id) => id.clone(),
             None => {
@@ -305,7 +406,6 @@ impl ObjectWriter {
         }
         let number = self.next_part;
         self.next_part += 1;
-        let len = body.len();
         let req = upload_part::request(
             self.client.endpoint(),
             &self.bucket,
@@ -317,13 +417,12 @@ impl ObjectWriter {
         )?;
         let checksum_crc32c = req.header("x-amz-checksum-crc32c").map(str::to_owned);
         let client = self.client.clone();
-        let held = self.held.clone();
         let finished = self.finished.clone();
         self.running += 1;
         // Detached: the result comes back through `finished`.
         let _task = monoio::spawn(async move {
             let res = client.execute(req, upload_part::parse).await;
-            held.sub(len);
+            drop(hold);
             finished.push(res.map(|out| DonePart {
                 number,
                 etag: out.etag,
@@ -357,7 +456,11 @@ impl ObjectWriter {
     pub async fn close(mut self) -> Result<ObjectInfo, Error> {
         if self.upload_id.is_none() {
             let body = Body::from_chunks(std::mem::take(&mut self.pending));
-            let len = body.len();
+            let hold = Hold {
+                gauge: self.held.clone(),
+                bytes: body.len(),
+            };
+            self.pending_len = 0;
             let req = put_object::request(
                 self.client.endpoint(),
                 &self.bucket,
@@ -366,7 +469,7 @@ impl ObjectWriter {
                 &self.options,
             )?;
             let res = self.client.execute(req, put_object::parse).await;
-            self.held.sub(len);
+            drop(hold);
             let out = res?;
             return Ok(ObjectInfo {
                 key: self.key.to_string(),

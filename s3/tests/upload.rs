@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use spillway_s3::multipart::MIB;
 use spillway_s3::options::ObjectOptions;
 use spillway_s3::retry::RetryPolicy;
 use spillway_s3::sign::PayloadMode;
-use spillway_s3::upload::{ObjectWriter, UploadConfig};
+use spillway_s3::upload::{Gauge, ObjectWriter, UploadConfig};
 use spillway_s3::{Body, Error};
 use spillway_tests::{FaultPlan, FaultProxy, S3Server};
 
@@ -382,5 +383,60 @@ fn a_part_refused_for_good_aborts_the_upload_and_tells_the_caller() {
             .await;
         assert!(gone.is_err(), "the aborted upload still takes parts");
         assert!(!server.object_path("refused.bin").exists());
+    });
+}
+
+/// A total over several writers (a sink's figure, as `UploadConfig::total`) counts what each
+/// holds, tells its watcher every change, and is back at zero once each writer is completed,
+/// refused or dropped unsent: a count left behind by a writer that is gone would keep an
+/// engine paced by it from polling again.
+#[test]
+fn a_total_counts_every_writer_and_is_zero_after_completion_refusal_and_drop() {
+    let server = S3Server::start().unwrap();
+    let plan = FaultPlan::answer_all(403, "AccessDenied").path_contains("partNumber=");
+    let proxy = FaultProxy::start(server.addr(), plan).unwrap();
+    block_on(async {
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let told = Rc::clone(&seen);
+        let total = Rc::new(Gauge::watched(move |n| told.borrow_mut().push(n)));
+        let mut cfg = UploadConfig::new(5 * MIB, 2);
+        cfg.total = Some(Rc::clone(&total));
+        let direct = Rc::new(client(&server, PayloadMode::Unsigned));
+        let refusing = Rc::new(proxied_client(&proxy, &server));
+
+        // A multipart object (a part under way, 1 MiB waiting) and a small one never sent.
+        let mut a =
+            ObjectWriter::new(direct.clone(), server.bucket(), "total/a.bin", &cfg).unwrap();
+        a.append(chunk(1, 6 * MIB as usize)).await.unwrap();
+        let mut b =
+            ObjectWriter::new(direct.clone(), server.bucket(), "total/b.bin", &cfg).unwrap();
+        b.append(chunk(2, 1000)).await.unwrap();
+        assert_eq!(
+            total.current(),
+            a.held().current() + b.held().current(),
+            "the total is the writers' sum"
+        );
+        assert!(b.held().current() == 1000 && a.held().current() >= MIB);
+        drop(b);
+        assert_eq!(
+            total.current(),
+            a.held().current(),
+            "a dropped writer leaves the total"
+        );
+
+        // An object whose parts the store refuses: the error comes back, its bytes go.
+        let mut c = ObjectWriter::new(refusing, server.bucket(), "total/c.bin", &cfg).unwrap();
+        c.append(chunk(3, 5 * MIB as usize)).await.unwrap();
+        let err = c.close().await.unwrap_err();
+        assert_eq!(err.s3_code(), Some("AccessDenied"), "{err}");
+        assert_eq!(total.current(), a.held().current());
+
+        let info = a.close().await.unwrap();
+        assert_eq!((info.size, info.parts), (6 * MIB, 2));
+        assert_eq!(total.current(), 0, "everything released");
+        assert!(total.peak() >= 6 * MIB + 1000, "peak {}", total.peak());
+        let seen = seen.borrow();
+        assert_eq!(seen.last(), Some(&0), "the watcher saw the last change");
+        assert!(seen.len() >= 6, "every change is told: {seen:?}");
     });
 }

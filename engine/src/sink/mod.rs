@@ -61,6 +61,12 @@ pub struct Ack {
 struct AcksInner {
     queue: RefCell<Vec<Ack>>,
     waker: Cell<Option<Waker>>,
+    /// A self-paced sink's bytes held, as last reported.
+    held: Cell<u64>,
+    /// `held` changed since the engine took it.
+    held_fresh: Cell<bool>,
+    /// `held` fell since the engine took it (room may have opened: the engine is woken).
+    freed: Cell<bool>,
 }
 
 /// The channel from a sink (and its tasks) to the engine: shard-local, no locks.
@@ -73,6 +79,7 @@ impl std::fmt::Debug for Acks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Acks")
             .field("queued", &self.inner.queue.borrow().len())
+            .field("held", &self.inner.held.get())
             .finish()
     }
 }
@@ -133,6 +140,29 @@ impl Acks {
         });
     }
 
+    /// A self-paced sink's bytes held now (see [`Sink::paced_by_memory`]), reported after
+    /// every change, from the sink or its tasks. A fall wakes the engine: polling paused for
+    /// the shard's budget may go on.
+    pub fn hold(&self, bytes: u64) {
+        let before = self.inner.held.replace(bytes);
+        self.inner.held_fresh.set(true);
+        if bytes < before {
+            self.inner.freed.set(true);
+            if let Some(w) = self.inner.waker.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// The bytes held, when they changed since the last call.
+    pub fn take_held(&self) -> Option<u64> {
+        self.inner.freed.set(false);
+        self.inner
+            .held_fresh
+            .replace(false)
+            .then(|| self.inner.held.get())
+    }
+
     /// Moves the queued reports into `out`.
     pub fn drain_into(&self, out: &mut Vec<Ack>) {
         out.append(&mut self.inner.queue.borrow_mut());
@@ -143,7 +173,7 @@ impl Acks {
         self.inner.queue.borrow().is_empty()
     }
 
-    /// Resolves once a report is queued.
+    /// Resolves once a report is queued or the bytes held fell.
     pub fn ready(&self) -> AcksReady<'_> {
         AcksReady { acks: self }
     }
@@ -158,7 +188,7 @@ pub struct AcksReady<'a> {
 impl Future for AcksReady<'_> {
     type Output = ();
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if !self.acks.is_empty() {
+        if !self.acks.is_empty() || self.acks.inner.freed.get() {
             return Poll::Ready(());
         }
         self.acks.inner.waker.set(Some(cx.waker().clone()));
@@ -236,12 +266,13 @@ pub trait Sink {
     ) -> Result<Option<u64>, SinkError> {
         Ok(None)
     }
-    /// For a sink that confirms late and in bulk (an S3 object confirms all its messages
-    /// when it is complete): the bytes it holds now. The engine then paces polling by this
-    /// against `runtime.shard_memory_budget` instead of by the per-partition windows, which
-    /// would otherwise have to hold a whole object. `None`: paced by the windows.
-    fn buffered(&self) -> Option<u64> {
-        None
+    /// Whether the sink confirms late and in bulk (an S3 object confirms all its messages
+    /// when it is complete) and reports the bytes it holds through [`Acks::hold`] after each
+    /// change. The engine then paces polling by that figure against
+    /// `runtime.shard_memory_budget` instead of by the per-partition windows, which would
+    /// otherwise have to hold a whole object. `false`: paced by the windows.
+    fn paced_by_memory(&self) -> bool {
+        false
     }
 }
 
@@ -348,11 +379,40 @@ impl Sink for AnySink {
             AnySink::S3(s) => s.resume(stream, topic, partition).await,
         }
     }
-    fn buffered(&self) -> Option<u64> {
+    fn paced_by_memory(&self) -> bool {
         match self {
-            AnySink::File(s) => s.buffered(),
-            AnySink::Mqtt(s) => s.buffered(),
-            AnySink::S3(s) => s.buffered(),
+            AnySink::File(s) => s.paced_by_memory(),
+            AnySink::Mqtt(s) => s.paced_by_memory(),
+            AnySink::S3(s) => s.paced_by_memory(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready_now(acks: &Acks) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut ready = acks.ready();
+        Pin::new(&mut ready).poll(&mut cx).is_ready()
+    }
+
+    /// What a self-paced sink holds reaches the engine when it changes; a fall ends the
+    /// engine's wait (polling paused for the budget may go on), a rise does not.
+    #[test]
+    fn held_bytes_are_taken_when_changed_and_a_fall_wakes_the_engine() {
+        let acks = Acks::new();
+        assert_eq!(acks.take_held(), None);
+        acks.hold(1_000);
+        assert!(!ready_now(&acks), "more held: nothing to wake for");
+        assert_eq!(acks.take_held(), Some(1_000));
+        assert_eq!(acks.take_held(), None, "taken once");
+        acks.hold(400);
+        assert!(ready_now(&acks), "bytes freed end the wait");
+        assert_eq!(acks.take_held(), Some(400));
+        assert!(!ready_now(&acks), "and are taken with the figure");
+        acks.confirm(0, 0, 0);
+        assert!(ready_now(&acks));
     }
 }

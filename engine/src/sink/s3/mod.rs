@@ -11,8 +11,15 @@
 //! unconfirmed, and the partition is polled again from the object's first offset after a
 //! backoff, so the object is written again under the same key ([`key`]).
 //!
-//! The engine paces an S3 sink by the memory it reports ([`Sink::buffered`]) rather than by the
-//! per-partition message windows: an object confirms all its messages at once.
+//! The engine paces an S3 sink by the memory it reports ([`Sink::paced_by_memory`]) rather than
+//! by the per-partition message windows: an object confirms all its messages at once. One
+//! gauge counts everything the sink holds (each partition's encoder output and pending chunks,
+//! each upload's buffer and parts, also while a task completes or aborts it) and reports every
+//! change through [`Acks::hold`]; the engine never asks.
+//!
+//! The completion tasks report to the engine through the sink's [`Acks`] (confirmed, polled
+//! again) and to the sink through one queue of [`TaskEvent`]s, which the sink takes at each of
+//! its entry points and between messages (a task may finish during any await of a delivery).
 
 pub mod format;
 
@@ -138,12 +145,23 @@ struct Open {
 
 /// What a partition's completion tasks share with its writer.
 struct Completion {
-    /// Set by a completion task whose object failed: the writer must drop its open object
-    /// (its offsets come after the failed one's, which are being polled again).
-    failed: Cell<bool>,
     /// The next backoff after a failure (doubles up to `retry_max`, reset by a success).
     backoff: Cell<Duration>,
 }
+
+/// What a completion task tells the sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TaskEvent {
+    /// An object (or dead letter) of the writer `epoch` of partition `slot` failed: its
+    /// offsets, and all after them, are being polled again, so that writer's open object is
+    /// dropped. A writer released and made anew has another epoch: the event is not its.
+    Failed { slot: usize, epoch: u64 },
+    /// A failure no retry can mend: the sink stops with the first.
+    Fatal(String),
+}
+
+/// The queue from the completion tasks to their sink (shard-local).
+type TaskEvents = Rc<RefCell<Vec<TaskEvent>>>;
 
 /// One partition's writer.
 struct PartWriter {
@@ -151,6 +169,10 @@ struct PartWriter {
     encoder: Encoder,
     open: Option<Open>,
     shared: Rc<Completion>,
+    /// Tells this writer's task events from those of an earlier writer of the same slot.
+    epoch: u64,
+    /// Bytes of this writer's encoder output and pending chunks counted in the sink's total.
+    counted: u64,
     /// The task completing this partition's latest closed object; the next one waits for it,
     /// so objects complete and markers move in offset order.
     tail: Option<JoinHandle<bool>>,
@@ -168,8 +190,7 @@ struct Finisher {
     retry_min: Duration,
     retry_max: Duration,
     failures: Rc<Cell<u64>>,
-    /// Set by the first failure no retry can mend; the sink then stops with it.
-    fatal: Rc<RefCell<Option<String>>>,
+    events: TaskEvents,
 }
 
 /// The encoder's output is handed to the upload at the end of each batch, and within a batch
@@ -191,10 +212,13 @@ pub struct S3Sink {
     finisher: Finisher,
     /// `on_error = "dead_letter"`: the prefix and the encoder of dead letters.
     dead_letter: Option<(String, Encoder)>,
-    /// Gauges of uploads being completed or aborted by tasks (pruned once a task is done).
-    detached: RefCell<Vec<Rc<Gauge>>>,
-    /// Most bytes held at once (see `buffered`).
-    peak: Cell<u64>,
+    /// Everything the sink holds (the uploads' gauges count within it); each change is
+    /// reported through `acks`.
+    total: Rc<Gauge>,
+    /// The first failure no retry can mend, taken from the task events.
+    fatal: Option<String>,
+    /// The epoch of the next partition writer.
+    epochs: u64,
 }
 
 impl std::fmt::Debug for S3Sink {
@@ -275,7 +299,12 @@ impl S3Sink {
             .map_err(|e| err(format!("S3 client: {e}")))?
             .with_retry_observer(retry_logger(&config.name));
         let probe = Encoder::new(cfg.format_options()).map_err(err)?;
+        let total = {
+            let acks = acks.clone();
+            Rc::new(Gauge::watched(move |bytes| acks.hold(bytes)))
+        };
         let mut upload = UploadConfig::new(cfg.part_size.0, cfg.parts_in_flight);
+        upload.total = Some(Rc::clone(&total));
         upload.options = ObjectOptions {
             content_type: Some(probe.content_type().to_owned()),
             content_encoding: probe.content_encoding().map(str::to_owned),
@@ -305,7 +334,7 @@ impl S3Sink {
             retry_min: cfg.retry_min.0,
             retry_max: cfg.retry_max.0,
             failures: Rc::default(),
-            fatal: Rc::default(),
+            events: TaskEvents::default(),
         };
         let dead_letter = match (config.on_error, &cfg.dead_letter_prefix) {
             (ErrorPolicy::DeadLetter, Some(prefix)) => Some((
@@ -329,8 +358,9 @@ impl S3Sink {
             key_buf: String::new(),
             finisher,
             dead_letter,
-            detached: RefCell::default(),
-            peak: Cell::new(0),
+            total,
+            fatal: None,
+            epochs: 0,
             cfg,
         })
     }
@@ -342,14 +372,16 @@ impl S3Sink {
         }
         if self.parts[slot].is_none() {
             let encoder = Encoder::new(self.cfg.format_options()).map_err(SinkError::config)?;
+            self.epochs += 1;
             self.parts[slot] = Some(PartWriter {
                 info: Rc::clone(info),
                 encoder,
                 open: None,
                 shared: Rc::new(Completion {
-                    failed: Cell::new(false),
                     backoff: Cell::new(self.cfg.retry_min.0),
                 }),
+                epoch: self.epochs,
+                counted: 0,
                 tail: None,
             });
         }
@@ -443,6 +475,7 @@ impl S3Sink {
         );
         let letter = Letter {
             slot,
+            epoch: w.epoch,
             partition: w.info.partition,
             offset: m.offset,
             key,
@@ -457,31 +490,48 @@ impl S3Sink {
         )));
     }
 
-    /// The failure no retry can mend, once: the sink stops with it.
-    fn check_fatal(&self) -> Result<(), SinkError> {
-        match self.finisher.fatal.borrow_mut().take() {
+    /// Takes the task events (see [`S3Sink::absorb`]); then the failure no retry can mend,
+    /// once: the sink stops with it.
+    fn check_fatal(&mut self) -> Result<(), SinkError> {
+        self.absorb(None);
+        match self.fatal.take() {
             Some(e) => Err(SinkError::permanent(format!("sink {:?}: {e}", self.name))),
             None => Ok(()),
         }
     }
 
-    /// Abandons an upload in a task (its parts under way are awaited there), still counted
-    /// in `buffered` until they are.
-    fn abort_detached(&self, upload: ObjectWriter) {
-        self.detached.borrow_mut().push(upload.gauge());
-        monoio::spawn(async move {
-            let _ = upload.abort().await;
-        });
+    /// Takes what the completion tasks reported since the last call: a failed object drops
+    /// its writer's open object, a fatal failure is kept for [`S3Sink::check_fatal`]. `true`
+    /// when one of them was a failure of `slot`'s writer.
+    fn absorb(&mut self, slot: Option<usize>) -> bool {
+        if self.finisher.events.borrow().is_empty() {
+            return false;
+        }
+        let events = std::mem::take(&mut *self.finisher.events.borrow_mut());
+        let mut hit = false;
+        for event in events {
+            match event {
+                TaskEvent::Failed { slot: s, epoch } => {
+                    if self.drop_failed(s, epoch) && slot == Some(s) {
+                        hit = true;
+                    }
+                }
+                TaskEvent::Fatal(text) => {
+                    self.fatal.get_or_insert(text);
+                }
+            }
+        }
+        hit
     }
 
-    /// When a completion task of slot's partition failed: drops the open object (its
+    /// An object of writer `epoch` of `slot` failed: drops that writer's open object (its
     /// offsets are after the failed object's first, from where the partition is polled
-    /// again). `true` when that happened.
-    fn take_failure(&mut self, slot: usize) -> bool {
+    /// again). `false` when the writer is not there any more (released, made anew).
+    fn drop_failed(&mut self, slot: usize, epoch: u64) -> bool {
         let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
             return false;
         };
-        if !w.shared.failed.replace(false) {
+        if w.epoch != epoch {
             return false;
         }
         // The failed object's predecessors are complete, its successors are aborted by their
@@ -490,10 +540,19 @@ impl S3Sink {
         if let Some(open) = w.open.take() {
             let _ = w.encoder.finish();
             if let Some(upload) = open.upload {
-                self.abort_detached(upload);
+                abort_detached(upload);
             }
         }
+        self.recount(slot);
         true
+    }
+
+    /// Counts slot's encoder output and pending chunks in the sink's total anew.
+    fn recount(&mut self, slot: usize) {
+        if let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) {
+            let now = w.encoder.waiting() + w.open.as_ref().map_or(0, |o| o.pending_len);
+            self.total.adjust(&mut w.counted, now);
+        }
     }
 
     /// Moves the encoder's output to the pending list, then to the upload once it exceeds
@@ -554,19 +613,31 @@ impl S3Sink {
                 open.upload = Some(writer);
             }
         }
-        let Some(open) = self.parts[slot].as_mut().and_then(|w| w.open.as_mut()) else {
+        // The chunks leave the sink's count as the upload's gauge takes them up.
+        let chunks = match self.parts[slot].as_mut().and_then(|w| w.open.as_mut()) {
+            Some(open) if open.upload.is_some() => {
+                open.pending_len = 0;
+                std::mem::take(&mut open.pending)
+            }
+            _ => {
+                self.recount(slot);
+                return Ok(());
+            }
+        };
+        self.recount(slot);
+        let Some(upload) = self.parts[slot]
+            .as_mut()
+            .and_then(|w| w.open.as_mut())
+            .and_then(|o| o.upload.as_mut())
+        else {
             return Ok(());
         };
-        let Some(upload) = open.upload.as_mut() else {
-            return Ok(());
-        };
-        for chunk in open.pending.drain(..) {
+        for chunk in chunks {
             upload
                 .append(chunk)
                 .await
                 .map_err(|e| Failure::s3("uploading a part", &e))?;
         }
-        open.pending_len = 0;
         Ok(())
     }
 
@@ -575,7 +646,13 @@ impl S3Sink {
     /// its offsets, after the partition's previous object. `false` when the object failed
     /// here (it is then aborted and its offsets are polled again).
     async fn close(&mut self, slot: usize) -> bool {
-        if self.take_failure(slot) {
+        let done = self.close_inner(slot).await;
+        self.recount(slot);
+        done
+    }
+
+    async fn close_inner(&mut self, slot: usize) -> bool {
+        if self.absorb(Some(slot)) {
             return false;
         }
         let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
@@ -599,7 +676,7 @@ impl S3Sink {
             return false;
         }
         // A completion task may have failed while the output was handed over.
-        if self.take_failure(slot) {
+        if self.absorb(Some(slot)) {
             return false;
         }
         let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
@@ -611,10 +688,9 @@ impl S3Sink {
         let Some(upload) = open.upload else {
             return true;
         };
-        self.peak.set(self.peak.get().max(upload.held().peak()));
-        self.detached.borrow_mut().push(upload.gauge());
         let job = Job {
             slot,
+            epoch: w.epoch,
             first: open.first.offset,
             last: open.last_offset,
             count: open.count,
@@ -727,19 +803,16 @@ impl S3Sink {
             &error,
         );
         if let Some(upload) = open.upload {
-            self.abort_detached(upload);
+            abort_detached(upload);
         }
+        self.recount(slot);
     }
 
     /// Writes `m` into slot's object, closing it before (a new record-time interval) or after
     /// (full) as the rotation rules say. `false` when the object failed: the rest of the
     /// batch is polled again.
     async fn write_message(&mut self, slot: usize, m: &Message) -> bool {
-        if self.parts[slot]
-            .as_ref()
-            .is_some_and(|w| w.shared.failed.get())
-        {
-            self.take_failure(slot);
+        if self.absorb(Some(slot)) {
             return false;
         }
         let bucket = self.bucket_of(m);
@@ -787,6 +860,7 @@ impl S3Sink {
         open.last_offset = m.offset;
         open.count += 1;
         let count = open.count;
+        self.recount(slot);
         if waiting >= TAKE_AT
             && let Err(e) = self.push_pending(slot, false).await
         {
@@ -805,6 +879,7 @@ impl S3Sink {
 /// A closed object handed to its completion task.
 struct Job {
     slot: usize,
+    epoch: u64,
     partition: u32,
     first: u64,
     last: u64,
@@ -825,13 +900,10 @@ impl Finisher {
     ) {
         self.failures.set(self.failures.get() + 1);
         if error.permanent {
-            let mut fatal = self.fatal.borrow_mut();
-            if fatal.is_none() {
-                *fatal = Some(format!(
-                    "S3 refused an upload for good, so the sink stops (nothing past offset {first} of partition {partition} is committed): {}",
-                    error.text
-                ));
-            }
+            self.events.borrow_mut().push(TaskEvent::Fatal(format!(
+                "S3 refused an upload for good, so the sink stops (nothing past offset {first} of partition {partition} is committed): {}",
+                error.text
+            )));
             return;
         }
         let backoff = shared.backoff.get();
@@ -904,7 +976,10 @@ async fn complete(
             true
         }
         Err(e) => {
-            shared.failed.set(true);
+            f.events.borrow_mut().push(TaskEvent::Failed {
+                slot: job.slot,
+                epoch: job.epoch,
+            });
             f.retry(&shared, job.slot, job.partition, job.first, job.count, &e);
             false
         }
@@ -914,6 +989,7 @@ async fn complete(
 /// A rejected message on its way to the dead-letter prefix.
 struct Letter {
     slot: usize,
+    epoch: u64,
     partition: u32,
     offset: u64,
     key: String,
@@ -957,11 +1033,22 @@ async fn dead_letter(
             true
         }
         Err(e) => {
-            shared.failed.set(true);
+            f.events.borrow_mut().push(TaskEvent::Failed {
+                slot: letter.slot,
+                epoch: letter.epoch,
+            });
             f.retry(&shared, letter.slot, letter.partition, letter.offset, 1, &e);
             false
         }
     }
+}
+
+/// Abandons an upload in a task (its parts under way are awaited there); its bytes stay in the
+/// sink's total until they are released.
+fn abort_detached(upload: ObjectWriter) {
+    monoio::spawn(async move {
+        let _ = upload.abort().await;
+    });
 }
 
 /// When the first S3 sink of this process was built: uploads initiated before it belong to an
@@ -1061,7 +1148,6 @@ impl Sink for S3Sink {
         let info = Rc::clone(&batch.partition);
         let slot = info.slot;
         self.writer(&info)?;
-        self.take_failure(slot);
         for m in &batch.messages {
             if !self.write_message(slot, m).await {
                 // The object failed: the rest of the batch is polled again.
@@ -1075,9 +1161,6 @@ impl Sink for S3Sink {
         if let Some(open) = self.parts[slot].as_mut().and_then(|w| w.open.as_mut()) {
             open.last_append = Instant::now();
         }
-        self.detached
-            .borrow_mut()
-            .retain(|g| Rc::strong_count(g) > 1);
         Ok(())
     }
 
@@ -1090,11 +1173,7 @@ impl Sink for S3Sink {
             .iter()
             .enumerate()
             .filter_map(|(slot, w)| {
-                let w = w.as_ref()?;
-                if w.shared.failed.get() {
-                    return Some(slot);
-                }
-                let open = w.open.as_ref()?;
+                let open = w.as_ref()?.open.as_ref()?;
                 (!idle.is_zero() && now.saturating_duration_since(open.last_append) >= idle)
                     .then_some(slot)
             })
@@ -1117,7 +1196,8 @@ impl Sink for S3Sink {
     async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError> {
         self.check_fatal()?;
         for slot in 0..self.parts.len() {
-            self.take_failure(slot);
+            // A close below may have let another partition's failure in.
+            self.absorb(None);
             let Some(w) = self.parts[slot].as_mut() else {
                 continue;
             };
@@ -1134,9 +1214,10 @@ impl Sink for S3Sink {
                         // Left for the next run: the engine need not wait for these offsets.
                         self.acks.redeliver(slot, open.first.offset);
                         if let Some(upload) = open.upload {
-                            self.abort_detached(upload);
+                            abort_detached(upload);
                         }
                     }
+                    self.recount(slot);
                 }
             }
         }
@@ -1145,44 +1226,30 @@ impl Sink for S3Sink {
     }
 
     fn release(&mut self, slot: usize) {
-        if let Some(w) = self.parts.get_mut(slot).and_then(Option::take)
-            && let Some(open) = w.open
-            && let Some(upload) = open.upload
-        {
-            self.abort_detached(upload);
+        if let Some(w) = self.parts.get_mut(slot).and_then(Option::take) {
+            self.total.sub(w.counted);
+            if let Some(open) = w.open
+                && let Some(upload) = open.upload
+            {
+                abort_detached(upload);
+            }
         }
     }
 
     fn status(&self) -> SinkStatus {
-        let _ = self.buffered();
         SinkStatus {
             reconnects: 0,
             retries: self.finisher.failures.get(),
             in_flight_peak: 0,
-            buffered_peak: self
-                .parts
-                .iter()
-                .flatten()
-                .filter_map(|w| w.open.as_ref())
-                .filter_map(|o| o.upload.as_ref().map(|u| u.held().peak() + o.pending_len))
-                .fold(self.peak.get(), u64::max),
+            buffered_peak: self.total.peak(),
         }
     }
 
-    fn buffered(&self) -> Option<u64> {
-        let mut held: u64 = self.detached.borrow().iter().map(|g| g.current()).sum();
-        for w in self.parts.iter().flatten() {
-            held += w.encoder.waiting();
-            if let Some(open) = &w.open {
-                held += open.pending_len;
-                if let Some(u) = &open.upload {
-                    held += u.held().current();
-                }
-            }
-        }
-        if held > self.peak.get() {
-            self.peak.set(held);
-        }
-        Some(held)
+    fn paced_by_memory(&self) -> bool {
+        true
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;
