@@ -669,3 +669,87 @@ path = "{out}"
     // On SIGTERM the S3 sink flushes; the engine stops cleanly.
     stop_clean(&mut engine, Duration::from_secs(30));
 }
+
+/// With `max_object_size = part_size` (5 MiB, json_lines) every object fits one part, so each
+/// is one PutObject: no CreateMultipartUpload, UploadPart or Complete reaches the store (the
+/// harness's fault proxy, passing everything, lists the requests). Before, an object was closed
+/// only once its output had reached the limit, so it came out a record over one part and cost
+/// four requests (Create, a full part, a part of one record, Complete) where one does. Each
+/// object is now cut before the record that would take it past the limit: at most 5 MiB, and
+/// within one record of it (but the last).
+#[test]
+fn objects_that_fit_one_part_are_one_put_object_each_and_never_pass_the_limit() {
+    use spillway_tests::{FaultPlan, FaultProxy, TestMessage};
+    const LIMIT: u64 = 5 << 20;
+    const MESSAGES: u64 = 12_000;
+    let s3 = S3Server::start().unwrap();
+    let proxy = FaultProxy::start(s3.addr(), FaultPlan::passthrough()).unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3fit", 1);
+    let messages: Vec<TestMessage> = (0..MESSAGES)
+        .map(|n| TestMessage::new(u128::from(n) + 1, format!("{n:01000}").into_bytes()))
+        .collect();
+    common::send_all(&mut admin, &t, 0, &messages);
+    let cfg = engine_sections(&iggy)
+        + &s3_sink(
+            "fit",
+            &t,
+            &s3,
+            "part_size = \"5MiB\"\nmax_object_size = \"5MiB\"\nidle_flush = \"300ms\"",
+        )
+        .replace(&s3.endpoint(), &format!("http://{}", proxy.host_port()));
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "fit", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "fit", MESSAGES - 1, LONG);
+    stop_clean(&mut engine, Duration::from_secs(30));
+
+    let objs = objects(&s3.bucket_dir());
+    let data: Vec<(&String, &Vec<u8>)> = objs
+        .iter()
+        .filter(|(k, _)| !k.contains(".spillway/"))
+        .collect();
+    assert!(
+        data.len() >= 3,
+        "12 MB in objects of 5 MiB: {} objects",
+        data.len()
+    );
+    let record = data[0].1.iter().position(|&b| b == b'\n').unwrap() as u64 + 1;
+    for (i, (key, body)) in data.iter().enumerate() {
+        let size = body.len() as u64;
+        assert!(
+            size <= LIMIT,
+            "{key}: {size} bytes, over max_object_size {LIMIT}"
+        );
+        if i + 1 < data.len() {
+            assert!(
+                size + 2 * record > LIMIT,
+                "{key}: {size} bytes, cut more than a record ({record} B) before the limit"
+            );
+        }
+    }
+    let offsets: Vec<u64> = json_records(&objs)
+        .into_iter()
+        .flat_map(|(_, recs)| recs.into_iter().map(|(_, o)| o))
+        .collect();
+    assert_eq!(
+        offsets,
+        (0..MESSAGES).collect::<Vec<_>>(),
+        "every offset once, in order"
+    );
+
+    // (At start the sink lists open uploads, `GET ?uploads`, to abort an earlier run's.)
+    let requests = proxy.requests();
+    let multipart: Vec<String> = requests
+        .iter()
+        .filter(|r| r.method != "GET")
+        .filter(|r| r.target.contains("uploads") || r.target.contains("partNumber="))
+        .map(|r| format!("{} {}", r.method, r.target))
+        .collect();
+    assert!(multipart.is_empty(), "multipart requests: {multipart:?}");
+    let puts = requests
+        .iter()
+        .filter(|r| r.method == "PUT" && !r.target.contains(".spillway"))
+        .count();
+    assert_eq!(puts, data.len(), "one PutObject per object");
+}

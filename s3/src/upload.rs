@@ -2,7 +2,7 @@
 //! part's worth has gathered it is uploaded while appending goes on, with at most
 //! `parts_in_flight` parts under way (append waits for one to finish when the limit is reached).
 //! Memory therefore stays at about `part_size × (parts_in_flight + 1)` whatever the object's
-//! size; [`ObjectWriter::held`] counts it. An object smaller than one part goes out as one
+//! size; [`ObjectWriter::held`] counts it. An object no bigger than one part goes out as one
 //! PutObject at close.
 //!
 //! Parts are cut at exact part-size boundaries by slicing chunks (`Bytes::split_to`), never
@@ -342,7 +342,9 @@ impl ObjectWriter {
         self.size += len;
         self.pending_len += len;
         self.pending.push(chunk);
-        while self.pending_len >= self.plan.part_size() {
+        // A part is cut once more than a part waits: an object of exactly one part is still
+        // one PutObject at close, and the last part of a multipart object is never empty.
+        while self.pending_len > self.plan.part_size() {
             let part = self.cut_part(self.plan.part_size());
             if let Err(e) = self.start_part(part).await {
                 self.abort_after_error().await;

@@ -353,7 +353,8 @@ fn a_part_refused_for_good_aborts_the_upload_and_tells_the_caller() {
             &UploadConfig::new(5 * MIB, 3),
         )
         .unwrap();
-        w.append(chunk(1, 5 * MIB as usize)).await.unwrap();
+        // A byte more than a part: the first part starts at once, the byte is the last part.
+        w.append(chunk(1, 5 * MIB as usize + 1)).await.unwrap();
         let upload_id = w
             .upload_id()
             .expect("the first part started the upload")
@@ -361,7 +362,7 @@ fn a_part_refused_for_good_aborts_the_upload_and_tells_the_caller() {
         let err = w.close().await.unwrap_err();
         assert_eq!(err.s3_code(), Some("AccessDenied"), "{err}");
         let stats = proxy.stats();
-        assert_eq!(stats.answered_fixed, 1, "{stats:?}");
+        assert_eq!(stats.answered_fixed, 2, "both parts refused: {stats:?}");
         assert_eq!(
             stats.forwarded, 2,
             "create and abort reached the store: {stats:?}"
@@ -426,7 +427,7 @@ fn a_total_counts_every_writer_and_is_zero_after_completion_refusal_and_drop() {
 
         // An object whose parts the store refuses: the error comes back, its bytes go.
         let mut c = ObjectWriter::new(refusing, server.bucket(), "total/c.bin", &cfg).unwrap();
-        c.append(chunk(3, 5 * MIB as usize)).await.unwrap();
+        c.append(chunk(3, 5 * MIB as usize + 1)).await.unwrap();
         let err = c.close().await.unwrap_err();
         assert_eq!(err.s3_code(), Some("AccessDenied"), "{err}");
         assert_eq!(total.current(), a.held().current());
@@ -438,5 +439,40 @@ fn a_total_counts_every_writer_and_is_zero_after_completion_refusal_and_drop() {
         let seen = seen.borrow();
         assert_eq!(seen.last(), Some(&0), "the watcher saw the last change");
         assert!(seen.len() >= 6, "every change is told: {seen:?}");
+    });
+}
+
+/// An object of exactly one part is one PutObject (before, a part was cut as soon as a part's
+/// worth waited, so it cost CreateMultipartUpload, one UploadPart and Complete); one of exactly
+/// two parts is two parts, with no empty part after them.
+#[test]
+fn an_object_of_exactly_one_part_is_one_put_object() {
+    let server = S3Server::start().unwrap();
+    block_on(async {
+        let client = Rc::new(client(&server, PayloadMode::Unsigned));
+        let part = 5 * MIB;
+        for (key, size, parts) in [("exact/one.bin", part, 0), ("exact/two.bin", 2 * part, 2)] {
+            let mut w = ObjectWriter::new(
+                client.clone(),
+                server.bucket(),
+                key,
+                &UploadConfig::new(part, 2),
+            )
+            .unwrap();
+            let mut sent = 0;
+            let mut i = 0;
+            while sent < size {
+                let len = (size - sent).min(MIB + 12_345);
+                w.append(chunk(i, len as usize)).await.unwrap();
+                sent += len;
+                i += 1;
+            }
+            let info = w.close().await.unwrap();
+            assert_eq!((info.size, info.parts), (size, parts), "{key}");
+            assert_eq!(
+                std::fs::metadata(server.object_path(key)).unwrap().len(),
+                size
+            );
+        }
     });
 }

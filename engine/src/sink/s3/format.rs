@@ -81,6 +81,9 @@ pub struct Encoder {
     json: json::RecordWriter,
     /// Records pushed into the current object.
     records: u64,
+    /// Output bytes of the last record pushed, while it can be taken back (uncompressed, not
+    /// taken yet); see [`Encoder::unpush`].
+    last_len: Option<usize>,
     /// Between begin() and finish().
     open: bool,
 }
@@ -141,6 +144,7 @@ impl Encoder {
             field: Vec::new(),
             json: json::RecordWriter::default(),
             records: 0,
+            last_len: None,
             open: false,
         })
     }
@@ -150,6 +154,7 @@ impl Encoder {
     pub fn begin(&mut self) {
         self.sink.begin();
         self.records = 0;
+        self.last_len = None;
         self.open = true;
         match self.opts.format {
             Format::JsonArray => self.sink.write(b"["),
@@ -175,6 +180,7 @@ impl Encoder {
         if !self.open {
             self.begin();
         }
+        let before = self.sink.out.filled;
         let o = &self.opts;
         let out = &mut self.scratch;
         out.clear();
@@ -214,11 +220,32 @@ impl Encoder {
             self.sink.write(out);
         }
         self.records += 1;
+        self.last_len = (matches!(self.sink.codec, Codec::None) && self.sink.error.is_none())
+            .then(|| self.sink.out.filled.saturating_sub(before));
+    }
+
+    /// Takes the last record pushed back out of the object, when that can be done exactly:
+    /// without compression (a compressor's state cannot be wound back), before take() handed
+    /// its bytes out, and when it is not the object's only record. The caller then closes the
+    /// object without it and pushes it into the next, so an object never passes its size limit
+    /// because of one record. `false`: nothing changed.
+    pub fn unpush(&mut self) -> bool {
+        let Some(len) = self.last_len.take() else {
+            return false;
+        };
+        if self.records < 2 || len > self.sink.out.filled {
+            return false;
+        }
+        self.sink.out.filled -= len;
+        self.sink.input -= len as u64;
+        self.records -= 1;
+        true
     }
 
     /// Output bytes (compressed) ready to upload so far, taken out (may be empty while a
     /// compressor buffers). Call often; the caller appends them to the upload.
     pub fn take(&mut self) -> Bytes {
+        self.last_len = None;
         self.sink.take()
     }
 
@@ -246,6 +273,7 @@ impl Encoder {
         if !self.open {
             self.begin();
         }
+        self.last_len = None;
         if self.opts.format == Format::JsonArray {
             self.sink.write(b"]");
         }

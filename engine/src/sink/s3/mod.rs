@@ -808,71 +808,82 @@ impl S3Sink {
         self.recount(slot);
     }
 
-    /// Writes `m` into slot's object, closing it before (a new record-time interval) or after
-    /// (full) as the rotation rules say. `false` when the object failed: the rest of the
+    /// Writes `m` into slot's object, closing it before (a new record-time interval; the
+    /// object would pass `max_object_size` with `m`, where the encoder can tell exactly) or
+    /// after (full) as the rotation rules say. `false` when the object failed: the rest of the
     /// batch is polled again.
     async fn write_message(&mut self, slot: usize, m: &Message) -> bool {
-        if self.absorb(Some(slot)) {
-            return false;
-        }
-        let bucket = self.bucket_of(m);
-        let rotate_before = self.parts[slot]
-            .as_ref()
-            .and_then(|w| w.open.as_ref())
-            .is_some_and(|o| bucket.is_some() && o.bucket != bucket);
-        if rotate_before && !self.close(slot).await {
-            return false;
-        }
-        let opens = self.parts[slot].as_ref().is_some_and(|w| w.open.is_none());
-        if opens && let Err(reason) = self.probe_key(slot, m) {
-            self.reject(slot, m, reason);
+        loop {
+            if self.absorb(Some(slot)) {
+                return false;
+            }
+            let bucket = self.bucket_of(m);
+            let rotate_before = self.parts[slot]
+                .as_ref()
+                .and_then(|w| w.open.as_ref())
+                .is_some_and(|o| bucket.is_some() && o.bucket != bucket);
+            if rotate_before && !self.close(slot).await {
+                return false;
+            }
+            let opens = self.parts[slot].as_ref().is_some_and(|w| w.open.is_none());
+            if opens && let Err(reason) = self.probe_key(slot, m) {
+                self.reject(slot, m, reason);
+                return true;
+            }
+            let Some(w) = self.parts[slot].as_mut() else {
+                return false;
+            };
+            if w.open.is_none() {
+                w.encoder.begin();
+                w.open = Some(Open {
+                    first: Message {
+                        offset: m.offset,
+                        id: m.id,
+                        timestamp: m.timestamp,
+                        origin_timestamp: m.origin_timestamp,
+                        payload: Bytes::new(),
+                        headers: Bytes::copy_from_slice(&m.headers),
+                    },
+                    last_offset: m.offset,
+                    count: 0,
+                    bucket,
+                    last_append: Instant::now(),
+                    pending: Vec::new(),
+                    pending_len: 0,
+                    upload: None,
+                });
+            }
+            w.encoder.push(&w.info, m);
+            if w.encoder.output_len() > self.cfg.max_object_size.0 && w.encoder.unpush() {
+                // Full without `m`: closed as it is (so it needs no part past max_object_size,
+                // and one that fits a part goes out as one PutObject); `m` starts the next.
+                if !self.close(slot).await {
+                    return false;
+                }
+                continue;
+            }
+            let output_len = w.encoder.output_len();
+            let waiting = w.encoder.waiting();
+            let Some(open) = w.open.as_mut() else {
+                return false;
+            };
+            open.last_offset = m.offset;
+            open.count += 1;
+            let count = open.count;
+            self.recount(slot);
+            if waiting >= TAKE_AT
+                && let Err(e) = self.push_pending(slot, false).await
+            {
+                self.fail(slot, e);
+                return false;
+            }
+            let full = output_len >= self.cfg.max_object_size.0
+                || (self.cfg.max_object_messages > 0 && count >= self.cfg.max_object_messages);
+            if full && !self.close(slot).await {
+                return false;
+            }
             return true;
         }
-        let Some(w) = self.parts[slot].as_mut() else {
-            return false;
-        };
-        if w.open.is_none() {
-            w.encoder.begin();
-            w.open = Some(Open {
-                first: Message {
-                    offset: m.offset,
-                    id: m.id,
-                    timestamp: m.timestamp,
-                    origin_timestamp: m.origin_timestamp,
-                    payload: Bytes::new(),
-                    headers: Bytes::copy_from_slice(&m.headers),
-                },
-                last_offset: m.offset,
-                count: 0,
-                bucket,
-                last_append: Instant::now(),
-                pending: Vec::new(),
-                pending_len: 0,
-                upload: None,
-            });
-        }
-        w.encoder.push(&w.info, m);
-        let output_len = w.encoder.output_len();
-        let waiting = w.encoder.waiting();
-        let Some(open) = w.open.as_mut() else {
-            return false;
-        };
-        open.last_offset = m.offset;
-        open.count += 1;
-        let count = open.count;
-        self.recount(slot);
-        if waiting >= TAKE_AT
-            && let Err(e) = self.push_pending(slot, false).await
-        {
-            self.fail(slot, e);
-            return false;
-        }
-        let full = output_len >= self.cfg.max_object_size.0
-            || (self.cfg.max_object_messages > 0 && count >= self.cfg.max_object_messages);
-        if full && !self.close(slot).await {
-            return false;
-        }
-        true
     }
 }
 

@@ -997,3 +997,55 @@ fn debug_shows_no_payload() {
     assert!(!shown.contains("hidden-header"), "{shown}");
     assert!(shown.contains("JsonLines"), "{shown}");
 }
+
+/// A record taken back with `unpush` leaves the object exactly as if it had never been
+/// pushed (json_array's comma and csv's header included), in every uncompressed format;
+/// compressed output, the only record and a record already taken out stay as they are.
+#[test]
+fn unpush_takes_the_last_record_back_exactly() {
+    let p = part();
+    let msgs = nasty_messages();
+    let layouts = [
+        opts(Format::JsonLines, Compression::None),
+        opts(Format::JsonArray, Compression::None),
+        opts(Format::Csv, Compression::None),
+        opts(Format::Raw, Compression::None),
+    ];
+    for o in layouts {
+        let format = o.format;
+        let want = encode(o.clone(), &msgs[..3]);
+        let mut enc = Encoder::new(o).unwrap();
+        enc.begin();
+        for m in &msgs[..3] {
+            enc.push(&p, m);
+        }
+        let before = (enc.output_len(), enc.input_len(), enc.records());
+        enc.push(&p, &msgs[3]);
+        assert!(enc.unpush(), "{format:?}");
+        assert_eq!((enc.output_len(), enc.input_len(), enc.records()), before);
+        assert!(!enc.unpush(), "{format:?}: only the last record");
+        let mut got = enc.take().to_vec();
+        got.extend_from_slice(&enc.finish());
+        assert_eq!(got, want, "{format:?}");
+
+        enc.begin();
+        enc.push(&p, &msgs[0]);
+        assert!(!enc.unpush(), "{format:?}: the object's only record stays");
+        enc.push(&p, &msgs[1]);
+        let _ = enc.take();
+        assert!(
+            !enc.unpush(),
+            "{format:?}: a record already taken out stays"
+        );
+        let _ = enc.finish();
+    }
+    for c in [Compression::Gzip, Compression::Zstd] {
+        let mut enc = Encoder::new(opts(Format::JsonLines, c)).unwrap();
+        enc.begin();
+        enc.push(&p, &msgs[0]);
+        enc.push(&p, &msgs[1]);
+        assert!(!enc.unpush(), "{c:?}: a compressor cannot be wound back");
+        let out = decompress(c, &enc.finish());
+        assert_eq!(json_lines(&out).len(), 2);
+    }
+}
