@@ -34,9 +34,10 @@ const IN_FLIGHT: u64 = 2;
 /// docs) plus one chunk of slack. The sink hands the uploader its output in chunks, at the end
 /// of each batch and within a batch once 64 KiB waits, so a chunk is less than 64 KiB plus one
 /// message: one message here (64 KiB with `raw` and no separator). The uploader counts a chunk
-/// before it cuts a part from its buffer, so at its fullest it holds `parts_in_flight` parts
-/// uploading, one part cut and waiting for a free slot, and less than one chunk left over after
-/// the cut. Before the object's upload exists the sink keeps its output itself until that is
+/// before it cuts a part from its buffer (and cuts one only while more than a part waits), so
+/// at its fullest it holds `parts_in_flight` parts uploading, one part cut and waiting for a
+/// free slot, and at most one chunk left over after the cut: here exactly the bound, which the
+/// run reaches. Before the object's upload exists the sink keeps its output itself until that is
 /// more than a part, i.e. at most a part plus one chunk, less than the above.
 const BOUND: u64 = PART * (IN_FLIGHT + 1) + SIZE;
 /// The engine process's peak RSS may not reach this (the debug build; it must not hold the
@@ -203,4 +204,125 @@ fn one_gib_through_one_partition_stays_within_the_part_window() {
         );
     }
     assert_eq!(file.read(&mut chunk).unwrap(), 0, "{key}: trailing bytes");
+}
+
+/// The single-request path: objects that fit one part (`max_object_size = part_size`) are sent
+/// whole as one PutObject each, so nothing pushes back while they upload the way a multipart
+/// upload's part window does. 512 MiB of 16 KiB messages over 4 partitions with a shard budget of
+/// 48 MiB: the sink's own count (`spillway_sink_buffered_peak_bytes`) stays within the budget
+/// plus one poll, and the process's peak RSS within that plus a constant. Every byte is
+/// stored once (each object is a whole number of the generator's records).
+#[test]
+fn single_request_objects_stay_within_the_shard_budget() {
+    const BUDGET: u64 = 48 * MIB;
+    const PER: u64 = 16 << 10;
+    const COUNT: u64 = 32_768;
+    /// One poll: `batch_size` (1,000) messages with their separators. The flow checks the
+    /// budget before each poll, so the shard may pass it by one.
+    const POLL: u64 = 1_000 * (PER + 1);
+    /// The debug binary's own footprint (about 36 MiB with 4 MiB held) and the allocator's
+    /// slack. Measured: 134-140 MiB peak RSS; before the output buffers were made allocations
+    /// of their own, 194-204 MiB (191 MiB committed by mimalloc for 64 MiB held).
+    const RSS_SLACK: u64 = 96 * MIB;
+    const RSS_LIMIT: u64 = BUDGET + POLL + RSS_SLACK;
+    let s3 = S3Server::start().unwrap();
+    let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_loopback_port().unwrap()));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        r#"
+[runtime]
+shutdown_timeout = "20s"
+shard_memory_budget = "{BUDGET}"
+
+[metrics]
+address = "{metrics}"
+log_interval = "2s"
+
+[[sink]]
+name = "{SINK}"
+type = "s3"
+source = "generate"
+
+[sink.generate]
+partitions = 4
+size = "{PER}"
+messages = {COUNT}
+rate = 0
+
+[sink.s3]
+bucket = "{bucket}"
+endpoint = "{endpoint}"
+region = "{region}"
+access_key_id = "{ak}"
+secret_access_key = "{sk}"
+format = "raw"
+compression = "none"
+part_size = "5MiB"
+max_object_size = "5MiB"
+idle_flush = "1s"
+"#,
+        bucket = s3.bucket(),
+        endpoint = s3.endpoint(),
+        region = s3.region(),
+        ak = s3.access_key(),
+        sk = s3.secret_key(),
+    );
+    let started = Instant::now();
+    let mut engine = Engine::start(dir.path(), "single", &cfg);
+    let pid = engine.pid();
+    let mut peak_buffered = 0u64;
+    let mut hwm_kib = 0u64;
+    let status = loop {
+        if let Some(kib) = proc_status_kib(pid, "VmHWM") {
+            hwm_kib = hwm_kib.max(kib);
+        }
+        if let Some(body) = scrape_metrics(metrics)
+            && let Some(v) = metric_of_sink(&body, "spillway_sink_buffered_peak_bytes", SINK)
+        {
+            peak_buffered = peak_buffered.max(v as u64);
+        }
+        if let Some(status) = engine.wait(Duration::from_millis(100)) {
+            break status;
+        }
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "not done within {TIMEOUT:?}\n{}",
+            tail(&engine.log(), 40)
+        );
+    };
+    assert!(
+        status.success(),
+        "exit {status:?}\n{}",
+        tail(&engine.log(), 40)
+    );
+    let objects = object_files(&s3.bucket_dir());
+    let stored: u64 = objects
+        .iter()
+        .filter(|(k, _, _)| !k.contains(".spillway/"))
+        .map(|(_, _, n)| n)
+        .sum();
+    assert_eq!(stored, (PER + 1) * COUNT, "every message stored once");
+    eprintln!(
+        "single-request: {:.1?}, {} objects, peak buffered {peak_buffered} bytes ({:.1} MiB, \
+         budget {} MiB + one poll {POLL} bytes), VmHWM {:.1} MiB (limit {} MiB)",
+        started.elapsed(),
+        objects.len(),
+        peak_buffered as f64 / MIB as f64,
+        BUDGET / MIB,
+        hwm_kib as f64 / 1024.0,
+        RSS_LIMIT / MIB,
+    );
+    assert!(
+        peak_buffered > 0,
+        "no spillway_sink_buffered_peak_bytes scraped"
+    );
+    assert!(
+        peak_buffered <= BUDGET + POLL,
+        "the sink held {peak_buffered} bytes: over the budget {BUDGET} plus one poll {POLL}"
+    );
+    assert!(
+        hwm_kib * 1024 < RSS_LIMIT,
+        "the engine's peak RSS was {hwm_kib} KiB: over the budget, one poll and {} MiB",
+        RSS_SLACK / MIB
+    );
 }
