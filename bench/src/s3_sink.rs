@@ -88,6 +88,10 @@ pub struct Measure {
     pub split: Split,
     /// s3s-fs's CPU time over the run.
     pub server_cpu: Option<Duration>,
+    /// Requests the client sent, retries included (ours: the sink's own count).
+    pub requests: Option<u64>,
+    /// How far the process's RSS rose above its level at the start (ours, in-process).
+    pub rss_growth: Option<u64>,
 }
 
 /// Runs `run` on a new thread named `name`, after `prepare` (on the same thread, before the
@@ -140,6 +144,8 @@ pub fn timed<P, R: Send>(
                 server_cpu: server_before
                     .zip(server_after)
                     .map(|(b, a)| a.saturating_sub(b)),
+                requests: None,
+                rss_growth: None,
             },
             r,
         ))
@@ -152,6 +158,8 @@ enum Client {
     Ours(Codec),
     /// The engine, json_lines uncompressed, with another integrity mode.
     OursWith(ours::Integrity),
+    /// The engine, json_lines uncompressed, objects of one part: one PutObject each.
+    OursSingle,
     Uploader,
     Peer,
 }
@@ -161,6 +169,7 @@ impl Client {
         match self {
             Client::Ours(c) => format!("ours, json_lines, {}", c.name()),
             Client::OursWith(i) => format!("ours, json_lines, none, {}", i.name()),
+            Client::OursSingle => "ours, json_lines, none, 8 MiB objects (PutObject)".to_owned(),
             Client::Uploader => LIMIT.to_owned(),
             Client::Peer => PEER.to_owned(),
         }
@@ -170,6 +179,7 @@ impl Client {
         match self {
             Client::Ours(c) => format!("ours-{}", c.name()),
             Client::OursWith(i) => format!("ours-none-{}", i.tag()),
+            Client::OursSingle => "ours-single".to_owned(),
             Client::Uploader => "uploader".to_owned(),
             Client::Peer => "peer".to_owned(),
         }
@@ -198,6 +208,10 @@ struct Summary {
     stand_in_percent: f64,
     /// Stored bytes per payload byte.
     size_ratio: f64,
+    /// Requests per GiB of payload (NaN where not counted).
+    requests_per_gib: f64,
+    /// The engine's RSS rise over the run, MiB (NaN where not measured).
+    rss_growth_mib: f64,
 }
 
 fn summarize(client: Client, samples: &[Sample], payload: u64) -> Summary {
@@ -244,6 +258,22 @@ fn summarize(client: Client, samples: &[Sample], payload: u64) -> Summary {
             samples
                 .iter()
                 .map(|s| s.stored as f64 / payload as f64)
+                .collect(),
+        ),
+        requests_per_gib: median(
+            samples
+                .iter()
+                .map(|s| s.measure.requests.map_or(f64::NAN, |r| r as f64 / gib))
+                .collect(),
+        ),
+        rss_growth_mib: median(
+            samples
+                .iter()
+                .map(|s| {
+                    s.measure
+                        .rss_growth
+                        .map_or(f64::NAN, |b| b as f64 / MIB as f64)
+                })
                 .collect(),
         ),
     }
@@ -328,7 +358,7 @@ fn one(
     let bucket = fx.s3.bucket_dir();
     let name = format!("s3sink-{}-{run}", client.tag());
     match client {
-        Client::Ours(_) | Client::OursWith(_) => {
+        Client::Ours(_) | Client::OursWith(_) | Client::OursSingle => {
             let (codec, integrity) = match client {
                 Client::OursWith(i) => (Codec::None, i),
                 Client::Ours(c) => (c, ours::Integrity::Crc32c),
@@ -345,6 +375,7 @@ fn one(
                 codec,
                 integrity,
                 core: fx.core,
+                single: client == Client::OursSingle,
             })?;
             let dir = bucket.join(&name);
             let keep = client == Client::Ours(Codec::None) && json.is_none();
@@ -392,6 +423,8 @@ fn summary_table(summaries: &[Summary]) -> String {
         "s3s-fs CPU",
         "stand-in CPU",
         "stored/payload",
+        "requests/GiB",
+        "RSS rise MiB",
     ]
     .map(str::to_owned);
     let pct = |v: f64| {
@@ -401,7 +434,14 @@ fn summary_table(summaries: &[Summary]) -> String {
             "-".to_owned()
         }
     };
-    let body: Vec<[String; 8]> = summaries
+    let num = |v: f64, places: usize| {
+        if v.is_finite() {
+            format!("{v:.places$}")
+        } else {
+            "-".to_owned()
+        }
+    };
+    let body: Vec<[String; 10]> = summaries
         .iter()
         .map(|s| {
             [
@@ -414,12 +454,17 @@ fn summary_table(summaries: &[Summary]) -> String {
                 format!("{:.1}", s.object_mb_s),
                 format!("{:.3}", s.cpu_s_per_gib),
                 pct(s.server_percent),
-                if matches!(s.client, Client::Ours(_) | Client::OursWith(_)) {
+                if matches!(
+                    s.client,
+                    Client::Ours(_) | Client::OursWith(_) | Client::OursSingle
+                ) {
                     pct(s.stand_in_percent)
                 } else {
                     "-".to_owned()
                 },
                 format!("{:.3}", s.size_ratio),
+                num(s.requests_per_gib, 1),
+                num(s.rss_growth_mib, 0),
             ]
         })
         .collect();
@@ -472,6 +517,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         Client::OursWith(ours::Integrity::Nothing),
         Client::OursWith(ours::Integrity::Md5),
         Client::OursWith(ours::Integrity::Signed),
+        Client::OursSingle,
         Client::Uploader,
     ];
     if peer::AVAILABLE {
@@ -481,10 +527,12 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         let only: Vec<&str> = only.split(',').map(str::trim).collect();
         clients.retain(|c| only.contains(&c.tag().as_str()));
         // The others upload the bytes of ours' first uncompressed run.
-        if clients
-            .iter()
-            .any(|c| !matches!(c, Client::Ours(_) | Client::OursWith(_)))
-            && !clients.contains(&Client::Ours(Codec::None))
+        if clients.iter().any(|c| {
+            !matches!(
+                c,
+                Client::Ours(_) | Client::OursWith(_) | Client::OursSingle
+            )
+        }) && !clients.contains(&Client::Ours(Codec::None))
         {
             clients.insert(0, Client::Ours(Codec::None));
         }
@@ -579,6 +627,70 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
             better: Better::Lower,
         });
     }
+    // Requests and memory of each of ours: 64 MiB multipart objects against objects of one
+    // part (one PutObject each), same data.
+    let single = find(Client::OursSingle);
+    for (o, tag) in [
+        (find(Client::Ours(Codec::None)), "none"),
+        (find(Client::Ours(Codec::Gzip)), "gzip"),
+        (find(Client::Ours(Codec::Zstd)), "zstd"),
+        (single, "none_8MiB_objects"),
+    ] {
+        let Some(o) = o else {
+            continue;
+        };
+        let scenario = format!("iggy_to_s3_{payload_name}_1KiB_json_lines_{tag}");
+        rows.push(Row {
+            scenario: scenario.clone(),
+            metric: "requests_per_GiB",
+            ours: o.requests_per_gib,
+            peer: f64::NAN,
+            peer_name: "-",
+            unit: "S3 requests per GiB of payload",
+            better: Better::Lower,
+        });
+        rows.push(Row {
+            scenario: scenario.clone(),
+            metric: "rss_rise_MiB",
+            ours: o.rss_growth_mib,
+            peer: f64::NAN,
+            peer_name: "-",
+            unit: "MiB of RSS over the process's start level",
+            better: Better::Lower,
+        });
+        if tag == "none_8MiB_objects" {
+            for (metric, unit, better, value) in [
+                (
+                    "MB_per_s",
+                    "MB/s of payload",
+                    Better::Higher,
+                    o.payload_mb_s,
+                ),
+                (
+                    "cpu_s_per_GiB",
+                    "CPU s/GiB of payload",
+                    Better::Lower,
+                    o.cpu_s_per_gib,
+                ),
+                (
+                    "s3s_fs_cpu_percent",
+                    "% of a core",
+                    Better::Neither,
+                    o.server_percent,
+                ),
+            ] {
+                rows.push(Row {
+                    scenario: scenario.clone(),
+                    metric,
+                    ours: value,
+                    peer: f64::NAN,
+                    peer_name: "-",
+                    unit,
+                    better,
+                });
+            }
+        }
+    }
     if let (Some(o), Some(l)) = (find(Client::Ours(Codec::None)), limit) {
         rows.push(Row {
             scenario: format!("iggy_to_s3_{payload_name}_1KiB_json_lines_none_vs_store_limit"),
@@ -628,7 +740,10 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         "  payload MB/s: payload bytes / wall time (runs: slowest-fastest); object MB/s: bytes \
          stored / wall time;\n  CPU s/GiB: the client's CPU (user + system; ours: the engine's \
          threads, not the stand-in's) per GiB of payload;\n  s3s-fs / stand-in CPU: their CPU \
-         time over the wall time, % of one core; stored/payload: object bytes per payload byte\n\n",
+         time over the wall time, % of one core; stored/payload: object bytes per payload byte;\n  \
+         requests/GiB: S3 requests the sink sent (its spillway_sink_requests_total, retries \
+         included) per GiB of payload;\n  RSS rise: the bench process's peak RSS over the run \
+         less its RSS at the start (the engine runs in it)\n\n",
     );
     text.push_str(&report::peer_table(
         "throughput (median, higher is better)",

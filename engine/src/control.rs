@@ -11,7 +11,7 @@ use tracing::{error, info, warn};
 use crate::config::{Config, SourceKind};
 use crate::coremap::CoreMap;
 use crate::iggy::Endpoint;
-use crate::metrics::{Command, Merged, Report, Reports};
+use crate::metrics::{Command, Merged, Report, Reports, SinkCounters};
 use crate::metrics_http::MetricsServer;
 use crate::shard::{self, ShardHandle};
 
@@ -71,6 +71,43 @@ pub fn run(config: Config, map: CoreMap) -> i32 {
 /// Runs the engine on the calling thread (which becomes the control thread) until it is done
 /// or `stop` is raised: 1 drains, 2 stops at once, like the first and second signal.
 pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
+    run_until_end(config, map, stop).status
+}
+
+/// How a run ended: its exit status and each sink's counters summed over its shards, as the
+/// shards last reported them (the in-process benches read them after the end, when `/metrics`
+/// is gone).
+#[derive(Debug, Clone)]
+pub struct RunEnd {
+    /// The exit status.
+    pub status: i32,
+    /// Per sink, by config order: its name and final counters.
+    pub sinks: Vec<(String, SinkCounters)>,
+}
+
+impl RunEnd {
+    fn bare(status: i32) -> RunEnd {
+        RunEnd {
+            status,
+            sinks: Vec::new(),
+        }
+    }
+
+    fn of(status: i32, merged: &Merged) -> RunEnd {
+        RunEnd {
+            status,
+            sinks: merged
+                .names
+                .iter()
+                .cloned()
+                .zip(merged.totals().into_iter().map(|(c, _, _)| c))
+                .collect(),
+        }
+    }
+}
+
+/// [`run_until`], with the sinks' final counters.
+pub fn run_until_end(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> RunEnd {
     let signals = stop;
     if let Err(e) = monoio::utils::bind_to_cpu_set([map.control_core]) {
         warn!(
@@ -87,7 +124,7 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
         Ok(e) => e,
         Err(e) => {
             error!("{e}");
-            return EXIT_FAILED;
+            return RunEnd::bare(EXIT_FAILED);
         }
     };
     let names: Vec<String> = config.sinks.iter().map(|s| s.name.clone()).collect();
@@ -108,7 +145,7 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
             }
             Err(e) => {
                 error!("metrics.address {addr}: {e}");
-                return EXIT_FAILED;
+                return RunEnd::bare(EXIT_FAILED);
             }
         },
     };
@@ -129,7 +166,7 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
                 for h in &shards {
                     let _ = h.commands.push(Command::Stop);
                 }
-                return EXIT_FAILED;
+                return RunEnd::bare(EXIT_FAILED);
             }
         }
     }
@@ -257,7 +294,7 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
         if hard_deadline.is_some_and(|d| now > d) {
             error!("shards did not stop in time; exiting without them");
             summary(&merged);
-            return status.max(EXIT_FAILED);
+            return RunEnd::of(status.max(EXIT_FAILED), &merged);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -265,7 +302,7 @@ pub fn run_until(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> i32 {
         let _ = h.thread.join();
     }
     summary(&merged);
-    status
+    RunEnd::of(status, &merged)
 }
 
 fn watch_signals(counter: Arc<AtomicUsize>) -> std::io::Result<()> {

@@ -49,6 +49,8 @@ pub struct SinkCounters {
     /// Sink requests that failed and are being tried again (S3 objects and dead letters polled
     /// again after a failure).
     pub sink_retries: u64,
+    /// Requests the sink sent to its destination, retries included (S3: every attempt).
+    pub sink_requests: u64,
     /// Most messages the sink had in flight at once on one connection (MQTT: QoS 1/2
     /// packet ids).
     pub sink_in_flight_peak: u64,
@@ -247,7 +249,7 @@ impl Merged {
     pub fn prometheus(&self) -> String {
         let mut out = String::with_capacity(4096);
         type Counter = (&'static str, &'static str, fn(&SinkCounters) -> u64);
-        let counters: [Counter; 13] = [
+        let counters: [Counter; 14] = [
             (
                 "spillway_messages_in_total",
                 "Messages polled from the source.",
@@ -312,6 +314,11 @@ impl Merged {
                 "spillway_sink_retries_total",
                 "Failed sink requests tried again (S3 objects polled again).",
                 |c| c.sink_retries,
+            ),
+            (
+                "spillway_sink_requests_total",
+                "Requests the sink sent to its destination, retries included (S3).",
+                |c| c.sink_requests,
             ),
         ];
         for (name, help, get) in counters {
@@ -454,6 +461,7 @@ fn add(into: &mut SinkCounters, c: &SinkCounters) {
     into.reconnects += c.reconnects;
     into.sink_reconnects += c.sink_reconnects;
     into.sink_retries += c.sink_retries;
+    into.sink_requests += c.sink_requests;
     into.sink_in_flight_peak = into.sink_in_flight_peak.max(c.sink_in_flight_peak);
     into.sink_buffered_peak = into.sink_buffered_peak.max(c.sink_buffered_peak);
 }
@@ -530,6 +538,7 @@ mod tests {
             counters: SinkCounters {
                 confirmed,
                 sink_retries: 2,
+                sink_requests: 11,
                 ..SinkCounters::default()
             },
             in_flight: 3,
@@ -560,5 +569,7 @@ mod tests {
         );
         assert!(text.contains("spillway_sink_reconnects_total{shard=\"0\",sink=\"a\\\"b\"} 0"));
         assert_eq!(m.totals()[0].0.sink_retries, 4);
+        assert!(text.contains("spillway_sink_requests_total{shard=\"1\",sink=\"a\\\"b\"} 11"));
+        assert_eq!(m.totals()[0].0.sink_requests, 22);
     }
 }

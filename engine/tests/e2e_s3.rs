@@ -691,7 +691,11 @@ fn objects_that_fit_one_part_are_one_put_object_each_and_never_pass_the_limit() 
         .map(|n| TestMessage::new(u128::from(n) + 1, format!("{n:01000}").into_bytes()))
         .collect();
     common::send_all(&mut admin, &t, 0, &messages);
-    let cfg = engine_sections(&iggy)
+    let metrics = std::net::SocketAddr::from((
+        std::net::Ipv4Addr::LOCALHOST,
+        spillway_tests::ports::free_loopback_port().unwrap(),
+    ));
+    let cfg = engine_sections(&iggy).replace("address = \"\"", &format!("address = \"{metrics}\""))
         + &s3_sink(
             "fit",
             &t,
@@ -702,6 +706,13 @@ fn objects_that_fit_one_part_are_one_put_object_each_and_never_pass_the_limit() 
     let dir = tempfile::tempdir().unwrap();
     let mut engine = Engine::start(dir.path(), "fit", &cfg);
     wait_stored(&mut engine, &mut admin, &t, "fit", MESSAGES - 1, LONG);
+    // The sink counts every request it sends (spillway_sink_requests_total): what the proxy saw.
+    let mut counted = None;
+    common::wait_until("the request count to reach the proxy's", LONG, || {
+        counted = common::scrape_metrics(metrics)
+            .and_then(|b| common::metric_of_sink(&b, "spillway_sink_requests_total", "fit"));
+        counted == Some(proxy.requests().len() as f64)
+    });
     stop_clean(&mut engine, Duration::from_secs(30));
 
     let objs = objects(&s3.bucket_dir());

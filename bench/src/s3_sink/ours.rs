@@ -41,6 +41,8 @@ pub struct Job<'a> {
     pub integrity: Integrity,
     /// The shard's core.
     pub core: usize,
+    /// Objects of one part (`max_object_size = part_size`): each one PutObject.
+    pub single: bool,
 }
 
 /// The wire integrity modes of the S3 sink, each measured for its CPU.
@@ -132,7 +134,7 @@ secret_access_key = "{sk}"
 prefix = "{name}/"
 format = "json_lines"
 compression = "{codec}"
-max_object_size = "{MAX_OBJECT}"
+max_object_size = "{max_object}"
 part_size = "{PART}"
 parts_in_flight = {PARTS_IN_FLIGHT}
 idle_flush = "1s"
@@ -156,6 +158,7 @@ request_attempts = {attempts}
         ak = job.s3.access_key(),
         sk = job.s3.secret_key(),
         codec = job.codec.name(),
+        max_object = if job.single { PART } else { MAX_OBJECT },
         integrity = job.integrity.config(),
         attempts = std::env::var(ATTEMPTS_ENV)
             .ok()
@@ -181,12 +184,13 @@ pub fn run(job: &Job<'_>) -> Result<Measure, String> {
 
     let stop = Arc::new(AtomicUsize::new(0));
     let stop2 = Arc::clone(&stop);
+    let rss_start = rss::reset_peak();
     let mut meter = ThreadMeter::start(&[]);
     let server_before = server.as_ref().and_then(ProcessCpu::read);
     let start = Instant::now();
     let engine = std::thread::Builder::new()
         .name("spillway-control".into())
-        .spawn(move || spillway::control::run_until(cfg, map, stop2))
+        .spawn(move || spillway::control::run_until_end(cfg, map, stop2))
         .map_err(|e| format!("spawning the engine: {e}"))?;
     let deadline = start + Duration::from_secs(600);
     let mut drained = false;
@@ -247,9 +251,11 @@ pub fn run(job: &Job<'_>) -> Result<Measure, String> {
     if !engine.is_finished() {
         stop.store(2, Ordering::SeqCst);
     }
-    let status = engine
+    let end = engine
         .join()
         .map_err(|_| "the engine thread panicked".to_owned())?;
+    let rss_growth = rss_start.zip(rss::peak()).map(|(s, p)| p.saturating_sub(s));
+    let status = end.status;
     if status != 0 {
         return Err(format!(
             "{}: the engine exited with status {status}",
@@ -269,11 +275,47 @@ pub fn run(job: &Job<'_>) -> Result<Measure, String> {
             }
         }
     }
+    let requests = end
+        .sinks
+        .iter()
+        .find(|(name, _)| name == job.name)
+        .map(|(_, c)| c.sink_requests);
     Ok(Measure {
         wall,
         split,
         server_cpu: server_before
             .zip(server_after)
             .map(|(b, a)| a.saturating_sub(b)),
+        requests,
+        rss_growth,
     })
+}
+
+/// The bench process's resident memory, for the engine's share of it: the engine runs
+/// in-process, so its peak is the process's peak over the run less what the process held at
+/// the start (the bench keeps the peer's bytes and its own state resident meanwhile).
+mod rss {
+    /// Resets the process's peak RSS to its current RSS (`/proc/self/clear_refs`, "5") and
+    /// returns that, in bytes; `None` where the kernel does not offer it.
+    pub fn reset_peak() -> Option<u64> {
+        std::fs::write("/proc/self/clear_refs", "5").ok()?;
+        field("VmRSS:")
+    }
+
+    /// The peak RSS since the reset, in bytes.
+    pub fn peak() -> Option<u64> {
+        field("VmHWM:")
+    }
+
+    fn field(name: &str) -> Option<u64> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        let kib: u64 = line[name.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kib * 1024)
+    }
 }

@@ -476,6 +476,7 @@ impl Flow {
         let mut stats = self.stats.borrow_mut();
         stats.counters.sink_reconnects = status.reconnects;
         stats.counters.sink_retries = status.retries;
+        stats.counters.sink_requests = status.requests;
         stats.counters.sink_in_flight_peak = status.in_flight_peak;
         stats.counters.sink_buffered_peak = status.buffered_peak;
     }

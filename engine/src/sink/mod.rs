@@ -283,6 +283,8 @@ pub struct SinkStatus {
     pub reconnects: u64,
     /// Failed requests tried again so far (S3: objects polled again after a failure).
     pub retries: u64,
+    /// Requests sent to the destination so far, retries included (S3).
+    pub requests: u64,
     /// Most messages in flight at once on one connection.
     pub in_flight_peak: u64,
     /// Most bytes the sink held at once (encoded output waiting or uploading: S3).

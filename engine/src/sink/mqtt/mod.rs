@@ -255,6 +255,7 @@ impl Sink for MqttSink {
             in_flight_peak: self.peak_in_flight() as u64,
             buffered_peak: 0,
             retries: 0,
+            requests: 0,
         }
     }
 }

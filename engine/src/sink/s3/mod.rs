@@ -1251,6 +1251,7 @@ impl Sink for S3Sink {
         SinkStatus {
             reconnects: 0,
             retries: self.finisher.failures.get(),
+            requests: self.client.stats().attempts,
             in_flight_peak: 0,
             buffered_peak: self.total.peak(),
         }
