@@ -116,6 +116,11 @@ impl EngineProcess {
 
     /// Asks it to drain and stop (SIGTERM: the engine stops polling, waits for what is in
     /// flight, closes open objects and stores the confirmed offsets).
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        u32::try_from(self.pid).unwrap_or(0)
+    }
+
     pub fn terminate(&self) {
         if self.child.is_some() {
             // SAFETY: kill(2) on the pid of our own child, which is not reaped yet (it is

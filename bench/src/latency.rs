@@ -39,6 +39,7 @@ use spillway_tests::{IggyAdmin, IggyServer, TestConsumer, TestMessage};
 use crate::chart::{Chart, Series};
 use crate::engine_process;
 use crate::harness::median;
+use crate::mqtt::cpu::ProcessCpu;
 use crate::mqtt::subscriber::CountingSubscriber;
 use crate::pipeline::{self, Dest, Job, Servers};
 use crate::report::{self, Better, Row};
@@ -189,9 +190,11 @@ struct Percentiles {
     /// Messages recorded.
     count: u64,
     producer_lag: Duration,
+    /// The engine's CPU while no messages arrive (after the run), % of one core.
+    idle_cpu_percent: f64,
 }
 
-fn percentiles(h: &Histogram<u64>, producer_lag: Duration) -> Percentiles {
+fn percentiles(h: &Histogram<u64>, producer_lag: Duration, idle_cpu_percent: f64) -> Percentiles {
     let ms = |us: u64| us as f64 / 1000.0;
     Percentiles {
         p50: ms(h.value_at_quantile(0.5)),
@@ -200,6 +203,7 @@ fn percentiles(h: &Histogram<u64>, producer_lag: Duration) -> Percentiles {
         max: ms(h.max()),
         count: h.len(),
         producer_lag,
+        idle_cpu_percent,
     }
 }
 
@@ -372,6 +376,20 @@ fn one_in(
         t.join()
             .map_err(|_| "the offset watcher panicked".to_owned())??;
     }
+    // Idle: nothing arrives any more; the engine's CPU over `idle` after its polls have backed
+    // off (they reach poll_interval within about 10 ms of the last message).
+    std::thread::sleep(Duration::from_millis(200));
+    let idle = Duration::from_secs_f64(seconds.min(2.0));
+    let cpu = ProcessCpu::of(engine.pid());
+    let idle_cpu_percent = match cpu.read() {
+        Some(before) => {
+            std::thread::sleep(idle);
+            cpu.read().map_or(f64::NAN, |after| {
+                100.0 * after.saturating_sub(before).as_secs_f64() / idle.as_secs_f64()
+            })
+        }
+        None => f64::NAN,
+    };
     engine.stop(Duration::from_secs(60))?;
     if let Some(s) = subscriber {
         s.finish()?;
@@ -384,7 +402,7 @@ fn one_in(
         ));
     }
     let h = hist.lock().unwrap_or_else(PoisonError::into_inner);
-    Ok(percentiles(&h, lag))
+    Ok(percentiles(&h, lag, idle_cpu_percent))
 }
 
 /// The probe: msgs/s of the same path from a prefilled single-partition topic.
@@ -489,6 +507,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
                 pick(|p| p.max),
             ];
             let lag_ms = pick(|p| p.producer_lag.as_secs_f64() * 1e3);
+            let idle = pick(|p| p.idle_cpu_percent);
             let scenario = format!("latency_{}_{rate:.0}_per_s", kind.name());
             for (metric, v) in ["p50_ms", "p99_ms", "p99_9_ms", "max_ms"]
                 .into_iter()
@@ -504,6 +523,15 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
                     better: Better::Lower,
                 });
             }
+            rows.push(Row {
+                scenario: scenario.clone(),
+                metric: "idle_cpu_percent",
+                ours: idle,
+                peer: f64::NAN,
+                peer_name: "-",
+                unit: "% of a core, no messages arriving",
+                better: Better::Lower,
+            });
             body.push([
                 format!("{rate:.0}"),
                 probe_rate.map_or("-".into(), |p| format!("{:.0}%", rate / p * 100.0)),
@@ -513,6 +541,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
                 format!("{:.2}", fig[3]),
                 format!("{lag_ms:.2}"),
                 format!("{}", got.iter().map(|p| p.count).sum::<u64>()),
+                format!("{idle:.2}"),
             ]);
             points.push((rate, fig));
         }
@@ -533,6 +562,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
             "max ms".to_owned(),
             "producer lag ms".to_owned(),
             "messages".to_owned(),
+            "idle CPU %".to_owned(),
         ];
         text.push_str(&report::text_table(&head, &body, |_| false));
         let path =
@@ -545,7 +575,9 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
     }
     text.push_str(
         "  producer lag: how far the bench's producer fell behind its schedule (it shares the \
-         cores); it is inside the latencies, as it would be for a real producer\n",
+         cores); it is inside the latencies, as it would be for a real producer\n  idle CPU: \
+         the engine process's CPU over 2 s after the run (1 s with --quick), nothing arriving, \
+         % of one core\n",
     );
     if let Ok(mut admin) = iggy.admin() {
         let _ = admin.delete_stream(&stream);
@@ -634,6 +666,7 @@ mod tests {
         let p = percentiles(
             &hist.lock().unwrap_or_else(PoisonError::into_inner),
             Duration::ZERO,
+            f64::NAN,
         );
         assert!((p.max - 50.0).abs() < 0.1, "{p:?}");
         assert_eq!(p.count, 2);

@@ -361,7 +361,8 @@ pub struct SinkConfig {
     /// Most messages per poll.
     #[serde(default = "defaults::batch_size")]
     pub batch_size: u32,
-    /// Wait after a poll that returned nothing before polling that partition again.
+    /// The longest wait before polling a partition whose polls come back empty (the wait
+    /// starts at 200 µs after the first empty poll and doubles; see `flow::parts`).
     #[serde(default = "defaults::poll_interval")]
     pub poll_interval: Dur,
     /// Per partition: most polled, unconfirmed messages before polling pauses.

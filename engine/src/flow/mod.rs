@@ -441,10 +441,13 @@ impl Flow {
             part.head = head;
         }
         if messages.is_empty() {
-            part.ready_at = now + wait.unwrap_or(poll_interval);
+            let idle = part.idle_wait.min(poll_interval);
+            part.idle_wait = (idle * 2).min(poll_interval);
+            part.ready_at = now + wait.unwrap_or(idle);
             self.refresh_gauge(slot);
             return false;
         }
+        part.idle_wait = parts::IDLE_WAIT_MIN;
         let mut bytes = 0u64;
         messages.retain(|m| {
             let fresh = part.tracker.push(m.offset, m.payload.len(), t);

@@ -2,12 +2,19 @@
 //! ownership, and the gauges the metrics show.
 
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Flow, Offset, PartitionId, Slot};
 use crate::ack::Tracker;
 use crate::message::PartitionInfo;
 use crate::metrics::PartitionGauge;
+
+/// The first wait after an empty poll. A partition whose polls bring messages is polled
+/// again at once; once one comes back empty the wait starts here and doubles while they stay
+/// empty, up to `poll_interval`: a message arriving after a quiet spell waits about as long
+/// as the spell lasted, not a whole interval, and an idle partition costs one poll per
+/// interval.
+pub(super) const IDLE_WAIT_MIN: Duration = Duration::from_micros(200);
 
 /// One partition: its tracker and what the flow decides by (stored offset, commit debounce,
 /// poll readiness, ownership).
@@ -19,6 +26,9 @@ pub(super) struct Part {
     pub(super) since_store: u64,
     pub(super) last_store: Instant,
     pub(super) ready_at: Instant,
+    /// The wait after the next empty poll: [`IDLE_WAIT_MIN`] after a poll that brought
+    /// messages, doubling with each empty one up to `poll_interval`.
+    pub(super) idle_wait: Duration,
     pub(super) head: Option<Offset>,
     /// Still assigned to this runner (a consumer group can take it away).
     pub(super) owned: bool,
@@ -68,6 +78,7 @@ impl Flow {
             since_store: 0,
             last_store: now,
             ready_at: now,
+            idle_wait: IDLE_WAIT_MIN,
             head: None,
             owned: true,
             end: None,

@@ -632,3 +632,59 @@ fn a_runner_that_stops_gives_its_share_of_the_budget_back() {
     assert_eq!(flow.poll_action(t0), Action::Stop(Ok(())));
     assert_eq!(budget.held(), 0);
 }
+
+/// The wait after an empty poll starts short and doubles while polls stay empty, up to
+/// `poll_interval` (5 ms here); a poll that brings messages is followed by another at once and
+/// starts the waits again from the shortest. Before, every empty poll waited the whole interval,
+/// so a message that arrived just after one waited up to 5 ms (p50 of poll-to-confirm was the
+/// interval at every rate).
+#[test]
+fn empty_polls_back_off_from_200_us_to_the_poll_interval_and_messages_reset_it() {
+    let t0 = Instant::now();
+    let mut flow = Flow::new(config(iggy(&[1], false)), Budget::new(1 << 30), t0);
+    let mut now = t0;
+    let mut waits = Vec::new();
+    for _ in 0..8 {
+        let a = settle(&mut flow, now);
+        answer_poll(&mut flow, now, &a, 0, 10);
+        let Action::Wait { until } = settle(&mut flow, now) else {
+            panic!("an empty poll is followed by a wait");
+        };
+        waits.push(until - now);
+        now = until;
+    }
+    let us = |n| Duration::from_micros(n);
+    assert_eq!(
+        waits,
+        [
+            us(200),
+            us(400),
+            us(800),
+            us(1_600),
+            us(3_200),
+            us(5_000),
+            us(5_000),
+            us(5_000)
+        ],
+        "doubling from 200 µs, capped at poll_interval"
+    );
+    // Messages: polled again at once; the next empty poll waits the shortest again.
+    let a = settle(&mut flow, now);
+    assert_eq!(answer_poll(&mut flow, now, &a, 3, 10), 3);
+    assert!(
+        matches!(
+            settle(&mut flow, now),
+            Action::Poll {
+                offset: Offset(3),
+                ..
+            }
+        ),
+        "a poll that brought messages is followed by another at once"
+    );
+    let a = settle(&mut flow, now);
+    answer_poll(&mut flow, now, &a, 0, 10);
+    let Action::Wait { until } = settle(&mut flow, now) else {
+        panic!("expected a wait");
+    };
+    assert_eq!(until - now, us(200), "the back-off starts again");
+}
