@@ -523,15 +523,13 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
                     better: Better::Lower,
                 });
             }
-            rows.push(Row {
-                scenario: scenario.clone(),
-                metric: "idle_cpu_percent",
-                ours: idle,
-                peer: f64::NAN,
-                peer_name: "-",
-                unit: "% of a core, no messages arriving",
-                better: Better::Lower,
-            });
+            rows.push(Row::alone(
+                &scenario,
+                "idle_cpu_percent",
+                idle,
+                "% of a core, no messages arriving",
+                Better::Lower,
+            ));
             body.push([
                 format!("{rate:.0}"),
                 probe_rate.map_or("-".into(), |p| format!("{:.0}%", rate / p * 100.0)),

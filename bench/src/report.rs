@@ -31,6 +31,25 @@ pub struct Row {
 }
 
 impl Row {
+    /// A row of ours alone (no peer measured for it).
+    pub fn alone(
+        scenario: &str,
+        metric: &'static str,
+        ours: f64,
+        unit: &'static str,
+        better: Better,
+    ) -> Row {
+        Row {
+            scenario: scenario.to_owned(),
+            metric,
+            ours,
+            peer: f64::NAN,
+            peer_name: "-",
+            unit,
+            better,
+        }
+    }
+
     /// How many times ours is better: peer / ours where lower is better (times, CPU,
     /// allocations), ours / peer where higher is better (throughput); above 1 means ours wins.
     /// `None` when the divisor is zero (ours allocates nothing), a value is not finite (the

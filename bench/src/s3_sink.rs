@@ -640,24 +640,20 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
             continue;
         };
         let scenario = format!("iggy_to_s3_{payload_name}_1KiB_json_lines_{tag}");
-        rows.push(Row {
-            scenario: scenario.clone(),
-            metric: "requests_per_GiB",
-            ours: o.requests_per_gib,
-            peer: f64::NAN,
-            peer_name: "-",
-            unit: "S3 requests per GiB of payload",
-            better: Better::Lower,
-        });
-        rows.push(Row {
-            scenario: scenario.clone(),
-            metric: "rss_rise_MiB",
-            ours: o.rss_growth_mib,
-            peer: f64::NAN,
-            peer_name: "-",
-            unit: "MiB of RSS over the process's start level",
-            better: Better::Lower,
-        });
+        rows.push(Row::alone(
+            &scenario,
+            "requests_per_GiB",
+            o.requests_per_gib,
+            "S3 requests per GiB of payload",
+            Better::Lower,
+        ));
+        rows.push(Row::alone(
+            &scenario,
+            "rss_rise_MiB",
+            o.rss_growth_mib,
+            "MiB of RSS over the process's start level",
+            Better::Lower,
+        ));
         if tag == "none_8MiB_objects" {
             for (metric, unit, better, value) in [
                 (
@@ -679,15 +675,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
                     o.server_percent,
                 ),
             ] {
-                rows.push(Row {
-                    scenario: scenario.clone(),
-                    metric,
-                    ours: value,
-                    peer: f64::NAN,
-                    peer_name: "-",
-                    unit,
-                    better,
-                });
+                rows.push(Row::alone(&scenario, metric, value, unit, better));
             }
         }
     }

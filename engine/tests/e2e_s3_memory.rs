@@ -63,11 +63,14 @@ fn payload_start(offset: u64) -> usize {
     (offset as usize * 7) % 4096
 }
 
-fn config(s3: &S3Server, metrics: SocketAddr) -> String {
+/// An engine config: one S3 sink `SINK` on the `generate` source, to `s3`, with `/metrics` on
+/// `metrics`; `runtime`, `generate` and `sink` are the extra lines of those tables.
+fn config(s3: &S3Server, metrics: SocketAddr, runtime: &str, generate: &str, sink: &str) -> String {
     format!(
         r#"
 [runtime]
 shutdown_timeout = "20s"
+{runtime}
 
 [metrics]
 address = "{metrics}"
@@ -79,10 +82,8 @@ type = "s3"
 source = "generate"
 
 [sink.generate]
-partitions = 1
-size = "64KiB"
-messages = {MESSAGES}
 rate = 0
+{generate}
 
 [sink.s3]
 bucket = "{bucket}"
@@ -91,11 +92,8 @@ region = "{region}"
 access_key_id = "{ak}"
 secret_access_key = "{sk}"
 format = "raw"
-separator = ""
 compression = "none"
-part_size = "8MiB"
-parts_in_flight = {IN_FLIGHT}
-max_object_size = "1GiB"
+{sink}
 "#,
         bucket = s3.bucket(),
         endpoint = s3.endpoint(),
@@ -105,27 +103,39 @@ max_object_size = "1GiB"
     )
 }
 
-#[test]
-fn one_gib_through_one_partition_stays_within_the_part_window() {
-    let s3 = S3Server::start().unwrap();
-    let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_loopback_port().unwrap()));
+/// What a run measured while the engine ran to its end.
+struct Measured {
+    elapsed: Duration,
+    /// The largest `spillway_sink_buffered_peak_bytes` scraped.
+    peak_buffered: Option<u64>,
+    scrapes: u32,
+    /// The engine process's peak RSS (`VmHWM`), KiB.
+    hwm_kib: Option<u64>,
+    log: String,
+}
+
+/// Runs the engine on `cfg` (its metrics on `metrics`) until it exits by itself, scraping its
+/// `/metrics` and reading its `VmHWM` every 100 ms; fails unless it exits 0 within `TIMEOUT`.
+fn run_measured(s3: &S3Server, metrics: SocketAddr, name: &str, cfg: &str) -> Measured {
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let mut engine = Engine::start(dir.path(), "memory", &config(&s3, metrics));
+    let mut engine = Engine::start(dir.path(), name, cfg);
     let pid = engine.pid();
-
-    // Scrape until the engine exits by itself.
-    let mut peak_buffered: Option<u64> = None;
-    let mut scrapes = 0u32;
-    let mut hwm_kib: Option<u64> = None;
+    let mut m = Measured {
+        elapsed: Duration::ZERO,
+        peak_buffered: None,
+        scrapes: 0,
+        hwm_kib: None,
+        log: String::new(),
+    };
     let status = loop {
         if let Some(kib) = proc_status_kib(pid, "VmHWM") {
-            hwm_kib = Some(hwm_kib.unwrap_or(0).max(kib));
+            m.hwm_kib = Some(m.hwm_kib.unwrap_or(0).max(kib));
         }
         if let Some(body) = scrape_metrics(metrics) {
-            scrapes += 1;
+            m.scrapes += 1;
             if let Some(v) = metric_of_sink(&body, "spillway_sink_buffered_peak_bytes", SINK) {
-                peak_buffered = Some(peak_buffered.unwrap_or(0).max(v as u64));
+                m.peak_buffered = Some(m.peak_buffered.unwrap_or(0).max(v as u64));
             }
         }
         if let Some(status) = engine.wait(Duration::from_millis(100)) {
@@ -133,20 +143,46 @@ fn one_gib_through_one_partition_stays_within_the_part_window() {
         }
         assert!(
             started.elapsed() < TIMEOUT,
-            "the engine did not finish 1 GiB within {TIMEOUT:?} (peak buffered so far {peak_buffered:?}, \
-             VmHWM {hwm_kib:?} KiB)\n{}\ns3s-fs:\n{}",
+            "the engine did not finish within {TIMEOUT:?} (peak buffered so far {:?}, VmHWM \
+             {:?} KiB)\n{}\ns3s-fs:\n{}",
+            m.peak_buffered,
+            m.hwm_kib,
             tail(&engine.log(), 40),
             s3.log_tail(20)
         );
     };
-    let elapsed = started.elapsed();
-    let log = engine.log();
+    m.elapsed = started.elapsed();
+    m.log = engine.log();
     assert!(
         status.success(),
         "the engine exited with {status:?}\n{}\ns3s-fs:\n{}",
-        tail(&log, 40),
+        tail(&m.log, 40),
         s3.log_tail(20)
     );
+    m
+}
+
+#[test]
+fn one_gib_through_one_partition_stays_within_the_part_window() {
+    let s3 = S3Server::start().unwrap();
+    let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_loopback_port().unwrap()));
+    let cfg = config(
+        &s3,
+        metrics,
+        "",
+        &format!("partitions = 1\nsize = \"64KiB\"\nmessages = {MESSAGES}"),
+        &format!(
+            "separator = \"\"\npart_size = \"8MiB\"\nparts_in_flight = {IN_FLIGHT}\n\
+             max_object_size = \"1GiB\""
+        ),
+    );
+    let Measured {
+        elapsed,
+        peak_buffered,
+        scrapes,
+        hwm_kib,
+        log,
+    } = run_measured(&s3, metrics, "memory", &cfg);
 
     // The sink's own count of what it held.
     let peak = peak_buffered.unwrap_or_else(|| {
@@ -227,74 +263,16 @@ fn single_request_objects_stay_within_the_shard_budget() {
     const RSS_LIMIT: u64 = BUDGET + POLL + RSS_SLACK;
     let s3 = S3Server::start().unwrap();
     let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_loopback_port().unwrap()));
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = format!(
-        r#"
-[runtime]
-shutdown_timeout = "20s"
-shard_memory_budget = "{BUDGET}"
-
-[metrics]
-address = "{metrics}"
-log_interval = "2s"
-
-[[sink]]
-name = "{SINK}"
-type = "s3"
-source = "generate"
-
-[sink.generate]
-partitions = 4
-size = "{PER}"
-messages = {COUNT}
-rate = 0
-
-[sink.s3]
-bucket = "{bucket}"
-endpoint = "{endpoint}"
-region = "{region}"
-access_key_id = "{ak}"
-secret_access_key = "{sk}"
-format = "raw"
-compression = "none"
-part_size = "5MiB"
-max_object_size = "5MiB"
-idle_flush = "1s"
-"#,
-        bucket = s3.bucket(),
-        endpoint = s3.endpoint(),
-        region = s3.region(),
-        ak = s3.access_key(),
-        sk = s3.secret_key(),
+    let cfg = config(
+        &s3,
+        metrics,
+        &format!("shard_memory_budget = \"{BUDGET}\""),
+        &format!("partitions = 4\nsize = \"{PER}\"\nmessages = {COUNT}"),
+        "part_size = \"5MiB\"\nmax_object_size = \"5MiB\"\nidle_flush = \"1s\"",
     );
-    let started = Instant::now();
-    let mut engine = Engine::start(dir.path(), "single", &cfg);
-    let pid = engine.pid();
-    let mut peak_buffered = 0u64;
-    let mut hwm_kib = 0u64;
-    let status = loop {
-        if let Some(kib) = proc_status_kib(pid, "VmHWM") {
-            hwm_kib = hwm_kib.max(kib);
-        }
-        if let Some(body) = scrape_metrics(metrics)
-            && let Some(v) = metric_of_sink(&body, "spillway_sink_buffered_peak_bytes", SINK)
-        {
-            peak_buffered = peak_buffered.max(v as u64);
-        }
-        if let Some(status) = engine.wait(Duration::from_millis(100)) {
-            break status;
-        }
-        assert!(
-            started.elapsed() < TIMEOUT,
-            "not done within {TIMEOUT:?}\n{}",
-            tail(&engine.log(), 40)
-        );
-    };
-    assert!(
-        status.success(),
-        "exit {status:?}\n{}",
-        tail(&engine.log(), 40)
-    );
+    let m = run_measured(&s3, metrics, "single", &cfg);
+    let peak_buffered = m.peak_buffered.unwrap_or(0);
+    let hwm_kib = m.hwm_kib.unwrap_or(0);
     let objects = object_files(&s3.bucket_dir());
     let stored: u64 = objects
         .iter()
@@ -305,7 +283,7 @@ idle_flush = "1s"
     eprintln!(
         "single-request: {:.1?}, {} objects, peak buffered {peak_buffered} bytes ({:.1} MiB, \
          budget {} MiB + one poll {POLL} bytes), VmHWM {:.1} MiB (limit {} MiB)",
-        started.elapsed(),
+        m.elapsed,
         objects.len(),
         peak_buffered as f64 / MIB as f64,
         BUDGET / MIB,
@@ -314,7 +292,9 @@ idle_flush = "1s"
     );
     assert!(
         peak_buffered > 0,
-        "no spillway_sink_buffered_peak_bytes scraped"
+        "no spillway_sink_buffered_peak_bytes in {} scrapes\n{}",
+        m.scrapes,
+        tail(&m.log, 20)
     );
     assert!(
         peak_buffered <= BUDGET + POLL,
