@@ -142,6 +142,8 @@ pub enum Report {
 pub struct Reports {
     stats: ArrayQueue<Report>,
     events: SegQueue<Report>,
+    /// The control thread, woken by every report that must arrive (it parks between turns).
+    control: std::sync::OnceLock<std::thread::Thread>,
 }
 
 impl Reports {
@@ -150,7 +152,14 @@ impl Reports {
         Reports {
             stats: ArrayQueue::new(64 * shards.max(1)),
             events: SegQueue::new(),
+            control: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Names the thread to wake when a report that must arrive is delivered (the control
+    /// thread, which parks between turns). Only the first call counts.
+    pub fn wake(&self, control: std::thread::Thread) {
+        let _ = self.control.set(control);
     }
 
     /// Sends periodic statistics, or drops them if the queue is full; whether they went.
@@ -161,6 +170,9 @@ impl Reports {
     /// Sends a report that must arrive. Never waits, never drops.
     pub fn deliver(&self, report: Report) {
         self.events.push(report);
+        if let Some(t) = self.control.get() {
+            t.unpark();
+        }
     }
 
     /// The next report: statistics first, then what must arrive, each queue in order.
