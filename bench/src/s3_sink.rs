@@ -71,7 +71,8 @@ const TOPIC: &str = "events";
 pub const PEER: &str = "rust-s3 0.38 PutObject 8MiB";
 const NO_PEER: &str = "none (built without peers)";
 const LIMIT: &str = "spillway-s3 alone (store limit)";
-/// Comma-separated client tags (`ours-none`, `ours-gzip`, `ours-zstd`, `uploader`, `peer`) to
+/// Comma-separated client tags (`ours-none`, `ours-gzip`, `ours-zstd`, `ours-none-nosum`, `ours-none-md5`,
+/// `ours-none-signed`, `ours-single`, `ours-raw`, `uploader`, `peer`) to
 /// measure only those, for profiling (`uploader` and `peer` bring `ours-none` along: they
 /// upload its bytes).
 const ONLY_ENV: &str = "SPILLWAY_BENCH_S3_SINK_CLIENTS";
@@ -160,6 +161,8 @@ enum Client {
     OursWith(ours::Integrity),
     /// The engine, json_lines uncompressed, objects of one part: one PutObject each.
     OursSingle,
+    /// The engine, `raw` format (payloads one per line), uncompressed.
+    OursRaw,
     Uploader,
     Peer,
 }
@@ -170,6 +173,7 @@ impl Client {
             Client::Ours(c) => format!("ours, json_lines, {}", c.name()),
             Client::OursWith(i) => format!("ours, json_lines, none, {}", i.name()),
             Client::OursSingle => "ours, json_lines, none, 8 MiB objects (PutObject)".to_owned(),
+            Client::OursRaw => "ours, raw, none".to_owned(),
             Client::Uploader => LIMIT.to_owned(),
             Client::Peer => PEER.to_owned(),
         }
@@ -180,6 +184,7 @@ impl Client {
             Client::Ours(c) => format!("ours-{}", c.name()),
             Client::OursWith(i) => format!("ours-none-{}", i.tag()),
             Client::OursSingle => "ours-single".to_owned(),
+            Client::OursRaw => "ours-raw".to_owned(),
             Client::Uploader => "uploader".to_owned(),
             Client::Peer => "peer".to_owned(),
         }
@@ -358,7 +363,7 @@ fn one(
     let bucket = fx.s3.bucket_dir();
     let name = format!("s3sink-{}-{run}", client.tag());
     match client {
-        Client::Ours(_) | Client::OursWith(_) | Client::OursSingle => {
+        Client::Ours(_) | Client::OursWith(_) | Client::OursSingle | Client::OursRaw => {
             let (codec, integrity) = match client {
                 Client::OursWith(i) => (Codec::None, i),
                 Client::Ours(c) => (c, ours::Integrity::Crc32c),
@@ -376,6 +381,7 @@ fn one(
                 integrity,
                 core: fx.core,
                 single: client == Client::OursSingle,
+                raw: client == Client::OursRaw,
             })?;
             let dir = bucket.join(&name);
             let keep = client == Client::Ours(Codec::None) && json.is_none();
@@ -456,7 +462,7 @@ fn summary_table(summaries: &[Summary]) -> String {
                 pct(s.server_percent),
                 if matches!(
                     s.client,
-                    Client::Ours(_) | Client::OursWith(_) | Client::OursSingle
+                    Client::Ours(_) | Client::OursWith(_) | Client::OursSingle | Client::OursRaw
                 ) {
                     pct(s.stand_in_percent)
                 } else {
@@ -518,6 +524,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         Client::OursWith(ours::Integrity::Md5),
         Client::OursWith(ours::Integrity::Signed),
         Client::OursSingle,
+        Client::OursRaw,
         Client::Uploader,
     ];
     if peer::AVAILABLE {
@@ -530,7 +537,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         if clients.iter().any(|c| {
             !matches!(
                 c,
-                Client::Ours(_) | Client::OursWith(_) | Client::OursSingle
+                Client::Ours(_) | Client::OursWith(_) | Client::OursSingle | Client::OursRaw
             )
         }) && !clients.contains(&Client::Ours(Codec::None))
         {
@@ -635,11 +642,16 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         (find(Client::Ours(Codec::Gzip)), "gzip"),
         (find(Client::Ours(Codec::Zstd)), "zstd"),
         (single, "none_8MiB_objects"),
+        (find(Client::OursRaw), "raw"),
     ] {
         let Some(o) = o else {
             continue;
         };
-        let scenario = format!("iggy_to_s3_{payload_name}_1KiB_json_lines_{tag}");
+        let scenario = if tag == "raw" {
+            format!("iggy_to_s3_{payload_name}_1KiB_raw_none")
+        } else {
+            format!("iggy_to_s3_{payload_name}_1KiB_json_lines_{tag}")
+        };
         rows.push(Row::alone(
             &scenario,
             "requests_per_GiB",
@@ -654,7 +666,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
             "MiB of RSS over the process's start level",
             Better::Lower,
         ));
-        if tag == "none_8MiB_objects" {
+        if tag == "none_8MiB_objects" || tag == "raw" {
             for (metric, unit, better, value) in [
                 (
                     "MB_per_s",

@@ -3,6 +3,7 @@
 //! sink and the S3 JSON formats ([`RecordWriter`]) and the MQTT JSON envelope ([`envelope`]).
 
 use base64::Engine as _;
+use bytes::BufMut;
 
 use std::rc::Rc;
 
@@ -25,58 +26,135 @@ pub enum PayloadEncoding {
 }
 
 /// The index of the first byte of `s` that a JSON string cannot hold as it is: `"`, `\\` or
-/// a control character (below 0x20). Eight bytes at a time.
+/// a control character (below 0x20).
 fn find_special(s: &[u8]) -> Option<usize> {
+    scan::<false>(s)
+}
+
+/// [`find_special`], and with `NON_ASCII` also the first byte of 0x80 or above (where UTF-8
+/// must be checked). Sixteen bytes a step with SSE2 (every x86_64 has it), else eight bytes
+/// a step in a u64; the tail byte by byte.
+fn scan<const NON_ASCII: bool>(s: &[u8]) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    // SAFETY: the function needs SSE2, which every x86_64 target has (it is in the baseline
+    // of the architecture; the Rust target enables it).
+    let (base, found) = unsafe { sse2::scan::<NON_ASCII>(s) };
+    #[cfg(not(target_arch = "x86_64"))]
+    let (base, found) = swar::<NON_ASCII>(s);
+    if found.is_some() {
+        return found;
+    }
+    s[base..]
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20 || (NON_ASCII && b >= 0x80))
+        .map(|i| base + i)
+}
+
+/// Eight bytes at a time: the first stop byte within the whole words of `s`, or how far the
+/// words went.
+#[cfg(any(not(target_arch = "x86_64"), test))]
+fn swar<const NON_ASCII: bool>(s: &[u8]) -> (usize, Option<usize>) {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     // Per byte, the high bit is set where the byte is zero (for `x ^ c`: equal to c) or below
     // 0x20. Borrows can mark bytes above a true hit, never below it: the lowest mark is exact.
     let marks = |x: u64| {
         let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-        zero(x ^ (ONES * u64::from(b'"')))
+        let m = zero(x ^ (ONES * u64::from(b'"')))
             | zero(x ^ (ONES * u64::from(b'\\')))
-            | (x.wrapping_sub(ONES * 0x20) & !x & HIGH)
+            | (x.wrapping_sub(ONES * 0x20) & !x & HIGH);
+        if NON_ASCII { m | (x & HIGH) } else { m }
     };
-    let mut chunks = s.chunks_exact(8);
     let mut base = 0;
-    for chunk in &mut chunks {
+    for chunk in s.chunks_exact(8) {
         let mut word = [0u8; 8];
         word.copy_from_slice(chunk);
         let m = marks(u64::from_le_bytes(word));
         if m != 0 {
-            return Some(base + m.trailing_zeros() as usize / 8);
+            return (base, Some(base + m.trailing_zeros() as usize / 8));
         }
         base += 8;
     }
-    chunks
-        .remainder()
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-        .map(|i| base + i)
+    (base, None)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod sse2 {
+    use core::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
+
+    /// The first stop byte (see [`super::scan`]) within the whole 16-byte blocks of `s`, or how
+    /// far the blocks went.
+    #[target_feature(enable = "sse2")]
+    pub(super) fn scan<const NON_ASCII: bool>(s: &[u8]) -> (usize, Option<usize>) {
+        let quote = _mm_set1_epi8(b'"' as i8);
+        let backslash = _mm_set1_epi8(b'\\' as i8);
+        let control = _mm_set1_epi8(0x1f);
+        let mut base = 0;
+        for block in s.chunks_exact(16) {
+            let v = load(block);
+            // v <= 0x1f (unsigned) exactly where min(v, 0x1f) == v.
+            let hits = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                _mm_cmpeq_epi8(_mm_min_epu8(v, control), v),
+            );
+            // The sign bit of every byte: its hit, and with NON_ASCII the byte's own high bit.
+            let mut bits = _mm_movemask_epi8(hits) as u32;
+            if NON_ASCII {
+                bits |= _mm_movemask_epi8(v) as u32;
+            }
+            if bits != 0 {
+                return (base, Some(base + bits.trailing_zeros() as usize));
+            }
+            base += 16;
+        }
+        (base, None)
+    }
+
+    /// The 16 bytes of `block` as a vector.
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "sse2")]
+    fn load(block: &[u8]) -> __m128i {
+        assert!(block.len() >= 16);
+        // SAFETY: `block` holds at least 16 readable bytes (checked above); the load is
+        // unaligned (`loadu`), and SSE2 is part of every x86_64 target.
+        unsafe { _mm_loadu_si128(block.as_ptr().cast()) }
+    }
 }
 
 /// Appends `s` as a JSON string literal.
-pub fn string(out: &mut Vec<u8>, s: &[u8]) {
-    out.push(b'"');
+pub fn string(out: &mut impl BufMut, s: &[u8]) {
+    out.put_u8(b'"');
     let text = String::from_utf8_lossy(s);
     let mut rest = text.as_bytes();
     while let Some(i) = find_special(rest) {
-        out.extend_from_slice(&rest[..i]);
+        out.put_slice(&rest[..i]);
         let b = rest[i];
         match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
+            b'"' => out.put_slice(b"\\\""),
+            b'\\' => out.put_slice(b"\\\\"),
+            b'\n' => out.put_slice(b"\\n"),
+            b'\r' => out.put_slice(b"\\r"),
+            b'\t' => out.put_slice(b"\\t"),
             _ => {
-                let _ = std::io::Write::write_fmt(out, format_args!("\\u{b:04x}"));
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.put_slice(&[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[usize::from(b >> 4)],
+                    HEX[usize::from(b & 15)],
+                ]);
             }
         }
         rest = &rest[i + 1..];
     }
-    out.extend_from_slice(rest);
-    out.push(b'"');
+    out.put_slice(rest);
+    out.put_u8(b'"');
 }
 
 /// Containers nested this deep are not taken for JSON: serde_json refuses its 128th level, so
@@ -93,7 +171,9 @@ pub fn is_json(payload: &[u8]) -> bool {
         first,
         Some(b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b't' | b'f' | b'n')
     );
-    may_be && std::str::from_utf8(payload).is_ok() && Scanner { p: payload, i: 0 }.document()
+    // UTF-8 is checked inside strings only (see Scanner::string): outside them the grammar
+    // takes ASCII bytes alone.
+    may_be && Scanner { p: payload, i: 0 }.document()
 }
 
 /// The validator behind [`is_json`]: a loop over values with the open containers kept as a
@@ -217,8 +297,8 @@ impl Scanner<'_> {
     fn string(&mut self) -> bool {
         self.i += 1;
         loop {
-            // Plain bytes in a run (UTF-8 was checked for the whole payload).
-            match find_special(&self.p[self.i..]) {
+            // Plain ASCII in a run.
+            match scan::<true>(&self.p[self.i..]) {
                 None => return false,
                 Some(n) => self.i += n,
             }
@@ -249,6 +329,16 @@ impl Scanner<'_> {
                         }
                         _ => return false,
                     }
+                }
+                0x80.. => {
+                    // Non-ASCII text up to the next quote, backslash or control byte: none
+                    // of those can be inside a UTF-8 sequence, so the run is checked whole.
+                    let run = &self.p[self.i..];
+                    let end = find_special(run).unwrap_or(run.len());
+                    if std::str::from_utf8(&run[..end]).is_err() {
+                        return false;
+                    }
+                    self.i += end;
                 }
                 _ => return false, // a control character
             }
@@ -312,32 +402,32 @@ impl Scanner<'_> {
 /// Appends `"payload": ...` (or `"payload_base64": "..."`) for `payload` under `encoding`:
 /// JSON is embedded as it is (its line breaks, which JSON only allows as whitespace, dropped
 /// so the record stays on one line), UTF-8 text as a string, anything else as base64.
-pub fn payload_field(out: &mut Vec<u8>, payload: &[u8], encoding: PayloadEncoding) {
-    let as_base64 = |out: &mut Vec<u8>| {
-        out.extend_from_slice(b"\"payload_base64\":\"");
+pub fn payload_field<B: BufMut>(out: &mut B, payload: &[u8], encoding: PayloadEncoding) {
+    let as_base64 = |out: &mut B| {
+        out.put_slice(b"\"payload_base64\":\"");
         let mut b64 = String::new();
         base64::engine::general_purpose::STANDARD.encode_string(payload, &mut b64);
-        out.extend_from_slice(b64.as_bytes());
-        out.push(b'"');
+        out.put_slice(b64.as_bytes());
+        out.put_u8(b'"');
     };
     match encoding {
         PayloadEncoding::Base64 => as_base64(out),
         PayloadEncoding::Text => {
-            out.extend_from_slice(b"\"payload\":");
+            out.put_slice(b"\"payload\":");
             string(out, payload);
         }
         PayloadEncoding::Auto => {
             if is_json(payload) {
-                out.extend_from_slice(b"\"payload\":");
+                out.put_slice(b"\"payload\":");
                 // Copied in runs between line breaks (most payloads have none).
                 let mut rest = payload;
                 while let Some(i) = memchr::memchr2(b'\n', b'\r', rest) {
-                    out.extend_from_slice(&rest[..i]);
+                    out.put_slice(&rest[..i]);
                     rest = &rest[i + 1..];
                 }
-                out.extend_from_slice(rest);
+                out.put_slice(rest);
             } else if std::str::from_utf8(payload).is_ok() {
-                out.extend_from_slice(b"\"payload\":");
+                out.put_slice(b"\"payload\":");
                 string(out, payload);
             } else {
                 as_base64(out);
@@ -379,28 +469,34 @@ pub struct RecordWriter {
 
 impl RecordWriter {
     /// Appends one record (no separator) of `m` from `p` to `out`.
-    pub fn record(&mut self, out: &mut Vec<u8>, o: RecordOptions, p: &PartitionInfo, m: &Message) {
-        out.push(b'{');
+    pub fn record(
+        &mut self,
+        out: &mut impl BufMut,
+        o: RecordOptions,
+        p: &PartitionInfo,
+        m: &Message,
+    ) {
+        out.put_u8(b'{');
         match o.meta {
             Meta::All => {
-                out.extend_from_slice(self.partition_fields(p));
+                out.put_slice(self.partition_fields(p));
                 message_fields(out, m);
-                out.push(b',');
+                out.put_u8(b',');
             }
             Meta::Offset => {
-                out.extend_from_slice(b"\"offset\":");
+                out.put_slice(b"\"offset\":");
                 decimal(out, u128::from(m.offset));
-                out.push(b',');
+                out.put_u8(b',');
             }
             Meta::Off => {}
         }
         if o.headers && !m.headers.is_empty() {
-            out.extend_from_slice(b"\"headers\":");
+            out.put_slice(b"\"headers\":");
             headers_object(out, &m.headers);
-            out.push(b',');
+            out.put_u8(b',');
         }
         payload_field(out, &m.payload, o.payload);
-        out.push(b'}');
+        out.put_u8(b'}');
     }
 
     /// `"stream":..,"topic":..,"partition":N,` of `p`, rendered again only when `p` is not
@@ -419,97 +515,79 @@ impl RecordWriter {
 }
 
 /// `"stream":..,"topic":..,"partition":N,`.
-fn partition_fields(out: &mut Vec<u8>, p: &PartitionInfo) {
-    out.extend_from_slice(b"\"stream\":");
+fn partition_fields(out: &mut impl BufMut, p: &PartitionInfo) {
+    out.put_slice(b"\"stream\":");
     string(out, p.stream.as_bytes());
-    out.extend_from_slice(b",\"topic\":");
+    out.put_slice(b",\"topic\":");
     string(out, p.topic.as_bytes());
-    out.extend_from_slice(b",\"partition\":");
+    out.put_slice(b",\"partition\":");
     decimal(out, u128::from(p.partition));
-    out.push(b',');
+    out.put_u8(b',');
 }
 
 /// `"offset":N,"id":"<decimal>","timestamp":N,"origin_timestamp":N`.
-fn message_fields(out: &mut Vec<u8>, m: &Message) {
-    out.extend_from_slice(b"\"offset\":");
+fn message_fields(out: &mut impl BufMut, m: &Message) {
+    out.put_slice(b"\"offset\":");
     decimal(out, u128::from(m.offset));
-    out.extend_from_slice(b",\"id\":\"");
+    out.put_slice(b",\"id\":\"");
     decimal(out, m.id);
-    out.extend_from_slice(b"\",\"timestamp\":");
+    out.put_slice(b"\",\"timestamp\":");
     decimal(out, u128::from(m.timestamp));
-    out.extend_from_slice(b",\"origin_timestamp\":");
+    out.put_slice(b",\"origin_timestamp\":");
     decimal(out, u128::from(m.origin_timestamp));
 }
 
 /// The MQTT JSON envelope, `{"metadata":{...},"headers":{...},"payload":...}`, with
 /// `"error"` before the payload for a dead letter.
 pub fn envelope(
-    out: &mut Vec<u8>,
+    out: &mut impl BufMut,
     p: &PartitionInfo,
     m: &Message,
     error: Option<&str>,
     payload: PayloadEncoding,
 ) {
-    out.extend_from_slice(b"{\"metadata\":{");
+    out.put_slice(b"{\"metadata\":{");
     partition_fields(out, p);
     message_fields(out, m);
-    out.extend_from_slice(b"},\"headers\":");
+    out.put_slice(b"},\"headers\":");
     headers_object(out, &m.headers);
-    out.push(b',');
+    out.put_u8(b',');
     if let Some(e) = error {
-        out.extend_from_slice(b"\"error\":");
+        out.put_slice(b"\"error\":");
         string(out, e.as_bytes());
-        out.push(b',');
+        out.put_u8(b',');
     }
     payload_field(out, &m.payload, payload);
-    out.push(b'}');
+    out.put_u8(b'}');
 }
 
 /// The Iggy user headers in `raw` as a JSON object of strings, `{"k":"v",...}`.
-pub fn headers_object(out: &mut Vec<u8>, raw: &[u8]) {
-    out.push(b'{');
+pub fn headers_object(out: &mut impl BufMut, raw: &[u8]) {
+    out.put_u8(b'{');
     for (i, h) in message::headers(raw).map_while(Result::ok).enumerate() {
         if i > 0 {
-            out.push(b',');
+            out.put_u8(b',');
         }
         string(out, h.key);
-        out.push(b':');
+        out.put_u8(b':');
         match h.kind {
             // What value_string() gives for these, without its String.
             HeaderKind::Raw | HeaderKind::String | HeaderKind::Unknown(_) => string(out, h.value),
             _ => string(out, h.value_string().as_bytes()),
         }
     }
-    out.push(b'}');
+    out.put_u8(b'}');
 }
 
-/// Appends `n` in decimal. Values that fit a u64 (every offset and timestamp, most ids) take
-/// 64-bit arithmetic: a u128 division is a library call, several times slower per digit.
-pub fn decimal(out: &mut Vec<u8>, n: u128) {
-    let mut digits = [0u8; 39];
-    let mut at = digits.len();
-    match u64::try_from(n) {
-        Ok(mut n) => loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        },
-        Err(_) => {
-            let mut n = n;
-            loop {
-                at -= 1;
-                digits[at] = b'0' + (n % 10) as u8;
-                n /= 10;
-                if n == 0 {
-                    break;
-                }
-            }
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
+/// Appends `n` in decimal (itoa: two digits a step; a value that fits a u64, as every
+/// offset and timestamp and most ids do, takes 64-bit arithmetic).
+pub fn decimal(out: &mut impl BufMut, n: u128) {
+    let mut buf = itoa::Buffer::new();
+    let text = match u64::try_from(n) {
+        Ok(small) => buf.format(small),
+        Err(_) => buf.format(n),
+    };
+    out.put_slice(text.as_bytes());
 }
 
 #[cfg(test)]
@@ -678,6 +756,64 @@ mod tests {
                 .collect();
             assert_eq!(find_special(&plain), None);
         }
+    }
+
+    /// The stop bytes by the definition, one byte at a time.
+    fn naive(s: &[u8], non_ascii: bool) -> Option<usize> {
+        s.iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20 || (non_ascii && b >= 0x80))
+    }
+
+    /// [`swar`] with its tail, as [`scan`] finishes it.
+    fn swar_whole<const N: bool>(s: &[u8]) -> Option<usize> {
+        let (base, found) = swar::<N>(s);
+        found.or_else(|| naive(&s[base..], N).map(|i| base + i))
+    }
+
+    #[test]
+    fn every_byte_value_is_classified_alike_by_every_scanner() {
+        // Each byte value at each position of inputs across the 8- and 16-byte steps, in a
+        // field of plain bytes and in front of a later stop byte.
+        for len in [1usize, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47] {
+            for at in 0..len {
+                for b in 0..=255u8 {
+                    let mut s = vec![b'a'; len];
+                    s[at] = b;
+                    if at + 2 < len {
+                        s[at + 2] = b'"';
+                    }
+                    for (non_ascii, got, by_words) in [
+                        (false, scan::<false>(&s), swar_whole::<false>(&s)),
+                        (true, scan::<true>(&s), swar_whole::<true>(&s)),
+                    ] {
+                        let want = naive(&s, non_ascii);
+                        assert_eq!(got, want, "scan, byte {b:#x} at {at} of {len}");
+                        assert_eq!(by_words, want, "swar, byte {b:#x} at {at} of {len}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn utf8_is_checked_inside_strings_and_refused_outside() {
+        assert!(is_json("\"grüße, 日本, 🎉\"".as_bytes()));
+        assert!(is_json(
+            "{\"ключ\":\"значение\",\"n\":[\"é\\n\",\"x\"]}".as_bytes()
+        ));
+        // A truncated sequence at the end of a run, before the quote.
+        assert!(!is_json(b"\"ab\xc3\""));
+        // An overlong encoding, a surrogate, a stray continuation byte, long runs included.
+        assert!(!is_json(b"\"\xc0\xaf\""));
+        assert!(!is_json(b"\"\xed\xa0\x80\""));
+        let mut long = b"\"".to_vec();
+        long.extend("é".repeat(40).as_bytes());
+        long.push(0x80);
+        long.extend(b"abc\"");
+        assert!(!is_json(&long));
+        // Non-ASCII outside a string.
+        assert!(!is_json("[1,\u{a0}2]".as_bytes()));
+        assert!(!is_json("{\"a\"\u{3000}:1}".as_bytes()));
     }
 
     #[test]

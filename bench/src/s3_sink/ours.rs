@@ -43,6 +43,8 @@ pub struct Job<'a> {
     pub core: usize,
     /// Objects of one part (`max_object_size = part_size`): each one PutObject.
     pub single: bool,
+    /// The `raw` format (each payload and a line break) instead of json_lines.
+    pub raw: bool,
 }
 
 /// The wire integrity modes of the S3 sink, each measured for its CPU.
@@ -132,7 +134,7 @@ region = "{region}"
 access_key_id = "{ak}"
 secret_access_key = "{sk}"
 prefix = "{name}/"
-format = "json_lines"
+format = "{format}"
 compression = "{codec}"
 max_object_size = "{max_object}"
 part_size = "{PART}"
@@ -159,6 +161,7 @@ request_attempts = {attempts}
         sk = job.s3.secret_key(),
         codec = job.codec.name(),
         max_object = if job.single { PART } else { MAX_OBJECT },
+        format = if job.raw { "raw" } else { "json_lines" },
         integrity = job.integrity.config(),
         attempts = std::env::var(ATTEMPTS_ENV)
             .ok()

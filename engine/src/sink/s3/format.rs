@@ -53,7 +53,7 @@ use std::fmt;
 use std::io::Write as _;
 
 use base64::Engine as _;
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut as _, Bytes, BytesMut};
 use flate2::{Compress, FlushCompress};
 use zstd::stream::raw::{CParameter, Operation as _, OutBuffer};
 
@@ -190,6 +190,28 @@ impl Encoder {
         }
         let before = self.sink.out.filled;
         let o = &self.opts;
+        if matches!(o.format, Format::JsonLines | Format::JsonArray)
+            && matches!(self.sink.codec, Codec::None)
+            && self.sink.error.is_none()
+        {
+            // Uncompressed JSON: the record is written straight into the output, so the
+            // payload is copied once (from the poll's reply) instead of twice.
+            let out = self.sink.out.direct(record_room(m));
+            let start = out.len();
+            if o.format == Format::JsonArray && self.records > 0 {
+                out.put_u8(b',');
+            }
+            self.json.record(out, record_options(o), p, m);
+            if o.format == Format::JsonLines {
+                out.put_u8(b'\n');
+            }
+            let n = out.len() - start;
+            self.sink.out.filled += n;
+            self.sink.input += n as u64;
+            self.records += 1;
+            self.last_len = Some(n);
+            return;
+        }
         let out = &mut self.scratch;
         out.clear();
         match o.format {
@@ -578,6 +600,15 @@ impl OutBuf {
         self.buf = fresh;
     }
 
+    /// The output buffer itself, with room for about `n` more bytes, for a writer that
+    /// appends to it (it grows by itself past that). Only without a codec: the buffer's
+    /// length is then the output's.
+    fn direct(&mut self, n: usize) -> &mut BytesMut {
+        self.reserve(n);
+        self.buf.truncate(self.filled);
+        &mut self.buf
+    }
+
     /// At least `min` bytes of room after the output.
     fn room(&mut self, min: usize) -> &mut [u8] {
         if self.buf.len() - self.filled < min {
@@ -603,6 +634,13 @@ impl OutBuf {
     fn clear(&mut self) {
         self.filled = 0;
     }
+}
+
+/// About the most a JSON record of `m` takes: its metadata and separators, the payload and
+/// headers as they are, or base64 or escaped (base64 is 4/3 of its input, and text that needs
+/// escaping rarely doubles; the buffer grows by itself past this).
+fn record_room(m: &Message) -> usize {
+    512 + 2 * (m.payload.len() + m.headers.len())
 }
 
 /// The JSON record of `o` (the file sink's layout, without the offset-only metadata).
