@@ -6,6 +6,7 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mimalloc::MiMalloc;
@@ -28,6 +29,64 @@ fn note_alloc() {
             let _ = ALLOCS.try_with(|n| n.set(n.get() + 1));
         }
     });
+    if SHARD_COUNTING.load(Ordering::Relaxed) {
+        note_shard_alloc();
+    }
+}
+
+/// Counting the allocations of the in-process engine's shard threads (named
+/// `spillway-shard-N`), whatever thread turned it on: see [`ShardAllocs`].
+static SHARD_COUNTING: AtomicBool = AtomicBool::new(false);
+static SHARD_ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    // Whether this thread is a shard: 0 not known yet, 1 yes, 2 no. Decided at the thread's
+    // first allocation while counting is on (a thread is named before it runs its closure).
+    static IS_SHARD: Cell<u8> = const { Cell::new(0) };
+}
+
+#[cold]
+fn note_shard_alloc() {
+    let _ = IS_SHARD.try_with(|is| {
+        if is.get() == 0 {
+            is.set(if thread_is_shard() { 1 } else { 2 });
+        }
+        if is.get() == 1 {
+            SHARD_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+}
+
+/// The calling thread's name starts with `spillway-shard` (read from the kernel, which keeps
+/// 15 bytes of it: no allocation, as the allocator may not allocate).
+#[allow(unsafe_code)]
+fn thread_is_shard() -> bool {
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes (the name and its NUL) into the buffer
+    // passed, which is 16 bytes long.
+    let rc = unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    rc == 0 && name.starts_with(b"spillway-shard")
+}
+
+/// Counts the allocations (and reallocations) made by the engine's shard threads from
+/// [`ShardAllocs::start`] to [`ShardAllocs::stop`]: for the in-process engine runs, where the
+/// shard thread is the engine's and every allocation on it is the engine's. One counter for
+/// the process: one measurement at a time.
+#[derive(Debug)]
+pub struct ShardAllocs(());
+
+impl ShardAllocs {
+    pub fn start() -> ShardAllocs {
+        SHARD_ALLOCS.store(0, Ordering::Relaxed);
+        SHARD_COUNTING.store(true, Ordering::Relaxed);
+        ShardAllocs(())
+    }
+
+    /// The count since start.
+    pub fn stop(self) -> u64 {
+        SHARD_COUNTING.store(false, Ordering::Relaxed);
+        SHARD_ALLOCS.load(Ordering::Relaxed)
+    }
 }
 
 // SAFETY: every method forwards its arguments unchanged to mimalloc, which upholds the

@@ -47,8 +47,12 @@
 //! messages); the clients' runs alternate. To profile, narrow the runs down: set
 //! `SPILLWAY_BENCH_MQTT_CLIENTS` to `ours` or `rumqttc`, and `SPILLWAY_BENCH_MQTT_CASES` to
 //! some of `mosquitto-qos0` … `discard-qos2` (comma-separated); `SPILLWAY_BENCH_MQTT_ACK_BATCHING`
-//! (`true`/`false`) overrides the sink's `ack_batching`. Built without the `peers`
+//! (`true`/`false`) overrides the sink's `ack_batching`; `SPILLWAY_BENCH_MQTT_NAGLE=1` runs
+//! mosquitto as shipped, with Nagle's algorithm on (no `set_tcp_nodelay true`). Built without the `peers`
 //! feature the peer is compiled out and ours is measured alone.
+
+/// `1`: mosquitto with Nagle's algorithm on, as shipped.
+const NAGLE_ENV: &str = "SPILLWAY_BENCH_MQTT_NAGLE";
 
 pub(crate) mod cpu;
 pub mod discard;
@@ -199,6 +203,9 @@ struct Sample {
     sent: u64,
     /// No progress for [`IDLE`]: the run was given up.
     stalled: bool,
+    /// Allocations on the engine's shard thread over the run (ours only; the engine's start,
+    /// its connection and its end included).
+    shard_allocs: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -315,6 +322,7 @@ fn one_run(
     let base = tally.arm(messages);
     let broker_before = broker.broker_cpu();
     let meter = cpu::PublisherMeter::start();
+    let allocs = (client == Client::Ours).then(crate::harness::ShardAllocs::start);
     let t0 = Instant::now();
     let started = Started::start(client, &job)?;
     let waited = tally.wait(IDLE, t0 + Duration::from_secs(900), &|| {
@@ -328,6 +336,7 @@ fn one_run(
     };
     let finished = started.finish(Instant::now() + Duration::from_secs(30));
     let cpu = meter.spent();
+    let shard_allocs = allocs.map(crate::harness::ShardAllocs::stop);
     let delivered = tally.count() - base;
     if let Err(e) = finished {
         return Err(format!(
@@ -357,6 +366,7 @@ fn one_run(
         delivered,
         sent: messages,
         stalled,
+        shard_allocs,
     })
 }
 
@@ -491,12 +501,13 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<Outcome, Strin
     let _main = cpu::helper_thread();
     let mut seq = 0;
 
-    let mosquitto = Mosquitto::start(
-        MosquittoOpts::new()
-            .max_inflight_messages(MOSQUITTO_WINDOW)
-            .max_queued_messages(0),
-    )
-    .map_err(|e| format!("starting mosquitto: {e}"))?;
+    let mut opts = MosquittoOpts::new()
+        .max_inflight_messages(MOSQUITTO_WINDOW)
+        .max_queued_messages(0);
+    if std::env::var(NAGLE_ENV).is_ok_and(|v| v == "1") {
+        opts = opts.nagle();
+    }
+    let mosquitto = Mosquitto::start(opts).map_err(|e| format!("starting mosquitto: {e}"))?;
     let mosquitto_cpu = mosquitto.pid().map(cpu::ProcessCpu::of);
     let broker_cores = broker_cores();
     if let (Some(pid), false) = (mosquitto.pid(), broker_cores.is_empty()) {

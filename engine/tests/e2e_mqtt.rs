@@ -1850,9 +1850,11 @@ fn a_broker_that_breaks_every_connection_after_connack_is_not_hammered() {
 /// the engine has no data to carry that ACK, so the kernel delays it (~40 ms). Before the fix
 /// every window round waited for it: 5,000 QoS 1 messages in mosquitto's default window of 20
 /// took over 10 s (about 490 msgs/s), with `ack_batching` on or off. Now the engine asks for
-/// quick ACKs before each read and, with `ack_batching`, stops waiting for batches of
-/// acknowledgements once reads stall like that. The bound below is 2x under the stalled time
-/// and well over 10x above a healthy run's.
+/// quick ACKs before each read, and a batched read (`SO_RCVLOWAT`, which keeps the kernel from
+/// ACKing what it has queued) is cut after 1 ms, so batching stays on: before the cut, its
+/// reads waited ~40 ms each until the connection turned batching off (seen failing: the
+/// fallback's log line). The bound below is 2x under the stalled time and well over 10x above
+/// a healthy run's.
 #[test]
 fn a_stock_mosquitto_with_nagle_does_not_hold_each_window_for_a_delayed_ack() {
     let broker = Mosquitto::start(MosquittoOpts::new().nagle()).unwrap();
@@ -1887,6 +1889,18 @@ fn a_stock_mosquitto_with_nagle_does_not_hold_each_window_for_a_delayed_ack() {
              with Nagle on (a stall per window round)\n{}",
             tail(&engine.log(), 20)
         );
+        // The batched reads are nudged (TCP_QUICKACK while they wait), so they never wait
+        // for the delayed-ACK timer and batching stays on. Before the nudge every batched
+        // read waited ~40 ms and the connection turned batching off after two of them.
+        if batching {
+            assert!(
+                !engine
+                    .log()
+                    .contains("ack_batching is off on this connection"),
+                "batched reads stalled against a broker with Nagle on\n{}",
+                tail(&engine.log(), 20)
+            );
+        }
     }
 }
 

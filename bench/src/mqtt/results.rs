@@ -29,6 +29,8 @@ pub(super) struct Measured {
     range: (f64, f64),
     cpu_us_per_msg: f64,
     broker_percent: f64,
+    /// Allocations on the engine's shard thread per message sent (ours; NaN for the peer).
+    allocs_per_msg: f64,
     /// Runs whose deliveries differ from the messages sent (or that stalled): "run: got".
     pub(super) bad_runs: Vec<String>,
     delivered_min: u64,
@@ -84,6 +86,15 @@ pub(super) fn summarize(
                 .collect(),
         ),
         broker_percent: median(samples.iter().map(|s| s.broker_percent).collect()),
+        allocs_per_msg: median(
+            samples
+                .iter()
+                .map(|s| {
+                    s.shard_allocs
+                        .map_or(f64::NAN, |a| a as f64 / s.sent as f64)
+                })
+                .collect(),
+        ),
         bad_runs,
         delivered_min: samples.iter().map(|s| s.delivered).min().unwrap_or(0),
     }
@@ -148,6 +159,15 @@ pub(super) fn rows(results: &[Measured]) -> Vec<Row> {
             "messages (fewest of the runs)",
             Better::Neither,
         );
+        if o.allocs_per_msg.is_finite() {
+            rows.push(Row::alone(
+                &scenario,
+                "shard_allocs_per_msg",
+                o.allocs_per_msg,
+                "allocations on the shard thread per message (the engine's start and end included)",
+                Better::Lower,
+            ));
+        }
     }
     // Peer rows without an ours beside them (only the peer was measured).
     for p in results.iter().filter(|m| m.client == Client::Peer) {
@@ -193,10 +213,11 @@ pub(super) fn results_table(results: &[Measured]) -> String {
         "CPU µs/msg",
         "msgs/CPU-s",
         "broker CPU",
+        "shard allocs/msg",
         "delivered",
     ]
     .map(str::to_owned);
-    let body: Vec<[String; 11]> = results
+    let body: Vec<[String; 12]> = results
         .iter()
         .map(|m| {
             [
@@ -214,6 +235,11 @@ pub(super) fn results_table(results: &[Measured]) -> String {
                 } else {
                     "-".to_owned()
                 },
+                if m.allocs_per_msg.is_finite() {
+                    format!("{:.4}", m.allocs_per_msg)
+                } else {
+                    "-".to_owned()
+                },
                 if m.bad_runs.is_empty() {
                     "all".to_owned()
                 } else {
@@ -222,7 +248,7 @@ pub(super) fn results_table(results: &[Measured]) -> String {
             ]
         })
         .collect();
-    report::text_table(&head, &body, |col| col < 3 || col == 10)
+    report::text_table(&head, &body, |col| col < 3 || col == 11)
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -300,8 +326,30 @@ pub(super) fn target_lines(results: &[Measured]) -> Vec<String> {
         ),
         None => format!("{what}: not measured"),
     });
+    let what = format!(
+        "QoS 1, {SIZE} B, to the discard broker: engine CPU <= {TARGET_DISCARD_QOS1_CPU_US} µs \
+         per message and no allocation per message on the shard"
+    );
+    lines.push(match find(BrokerKind::Discard, 1, Client::Ours) {
+        Some(o) => format!(
+            "{what}: {} ({:.3} µs/msg; {:.4} shard allocations/msg, the engine's start and end \
+             included)",
+            verdict(
+                o.cpu_us_per_msg <= TARGET_DISCARD_QOS1_CPU_US && o.allocs_per_msg < ALLOCS_NONE
+            ),
+            o.cpu_us_per_msg,
+            o.allocs_per_msg
+        ),
+        None => format!("{what}: not measured"),
+    });
     lines
 }
+
+/// Issue 17's end-to-end codec target: engine CPU per QoS 1 message against the discard broker.
+const TARGET_DISCARD_QOS1_CPU_US: f64 = 0.15;
+/// Below this many allocations per message a run allocates nothing per message: what it
+/// allocates is its start, its connection and its end, spread over its millions of messages.
+const ALLOCS_NONE: f64 = 0.001;
 
 #[cfg(test)]
 mod tests {
@@ -319,6 +367,7 @@ mod tests {
             range: (rate, rate),
             cpu_us_per_msg: cpu,
             broker_percent: pct,
+            allocs_per_msg: f64::NAN,
             bad_runs: Vec::new(),
             delivered_min: 1000,
         };

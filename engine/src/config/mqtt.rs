@@ -180,8 +180,10 @@ pub struct MqttSinkConfig {
     /// (QoS 1; an eighth for QoS 2, whose PUBRELs must not wait long) have arrived
     /// (`SO_RCVLOWAT`), instead of once per PUBACK from a broker that writes each on its own
     /// (mosquitto). Saves most of the publisher's CPU at some latency (see tuning.md). A
-    /// connection whose batched reads wait over 30 ms twice running (a broker with Nagle's
-    /// algorithm on, which holds acknowledgements back until ACKed) turns it off for itself.
+    /// batched read that has waited 1 ms completes with what has arrived, so a broker with
+    /// Nagle's algorithm on (which holds acknowledgements back until the last is ACKed) does
+    /// not wait for this side's delayed ACK. A connection whose batched reads still wait over
+    /// 30 ms twice running turns it off for itself.
     #[serde(default = "defaults::yes")]
     pub ack_batching: bool,
     /// Start every connection with a fresh session. With `false` the session survives

@@ -636,16 +636,86 @@ where
     );
     let write_limit = cfg.keep_alive.0.max(cfg.connect_timeout.0);
     let (r, w) = stream.into_split();
-    let reader = read_loop(ctx, link, r, buf, fd);
+    let batched = BatchedRead::default();
+    let reader = read_loop(ctx, link, r, buf, fd, &batched);
     let writer = write_loop(ctx, link, w, write_limit);
+    let cutter = cut_batched_reads(fd, &batched);
     let result = monoio::select! {
         r = reader => r,
         w = writer => w,
+        c = cutter => c,
     };
     match result {
         // The broker closing the socket after our DISCONNECT (or racing it) ends a drain.
         Err(_) if link.closing.get() && link.idle() => Ok(Closed::Drained),
         r => r.map_err(ConnectError::retry),
+    }
+}
+
+/// A batched read of acknowledgements (one that completes only once several can be read),
+/// shared by the read loop and [`cut_batched_reads`].
+#[derive(Default)]
+struct BatchedRead {
+    /// When the batched read now waiting began.
+    since: Cell<Option<Instant>>,
+    /// The cutter, parked until a batched read begins.
+    cutter: Cell<Option<Waker>>,
+    /// The cutter lowered `SO_RCVLOWAT` to one acknowledgement.
+    cut: Cell<bool>,
+}
+
+impl BatchedRead {
+    fn begin(&self) {
+        self.since.set(Some(Instant::now()));
+        if let Some(w) = self.cutter.take() {
+            w.wake();
+        }
+    }
+
+    fn end(&self) {
+        self.since.set(None);
+    }
+}
+
+/// How long a batched read may wait before it completes with what has arrived.
+const CUT_AFTER: Duration = Duration::from_millis(1);
+
+/// Ends a batched read that has waited [`CUT_AFTER`]: lowers `SO_RCVLOWAT` to one
+/// acknowledgement, which completes the read at once with what has arrived (the kernel
+/// checks a lowered mark against its queue). A read held back by `SO_RCVLOWAT` leaves the
+/// small segments it has queued unACKed at the TCP level (the kernel ACKs a small segment
+/// early only once the reader has emptied the queue; `TCP_QUICKACK` does not change that),
+/// so a broker that holds its next acknowledgements until the last segment is ACKed
+/// (Nagle's algorithm: mosquitto's default) waited for this side's delayed-ACK timer, 40 ms
+/// or more, while this side waited for those acknowledgements: every batch took that long,
+/// and the connection turned batching off. Cut at 1 ms, the read takes what is there, its
+/// ACK releases what the broker held back, and the next batched read goes on. No timer
+/// runs between batched reads: a connection that reads each acknowledgement as it comes
+/// never wakes this. Never ends; it is dropped with the connection.
+async fn cut_batched_reads(
+    fd: std::os::fd::RawFd,
+    batched: &BatchedRead,
+) -> Result<Closed, String> {
+    loop {
+        let since = poll_fn(|cx| match batched.since.get() {
+            Some(since) => Poll::Ready(since),
+            None => {
+                batched.cutter.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        })
+        .await;
+        let due = since + CUT_AFTER;
+        let now = Instant::now();
+        if due > now {
+            monoio::time::sleep(due - now).await;
+        }
+        if batched.since.get() == Some(since) {
+            // Still the same read, still waiting.
+            spillway_net::sockopt::set_rcvlowat(fd, MIN_ACK_BYTES);
+            batched.cut.set(true);
+            batched.since.set(None);
+        }
     }
 }
 
@@ -655,6 +725,7 @@ async fn read_loop<R: AsyncReadRent>(
     mut r: R,
     mut buf: BytesMut,
     fd: std::os::fd::RawFd,
+    batched: &BatchedRead,
 ) -> Result<Closed, String> {
     // How many acknowledgements one wake-up waits for (see `ack_batching`): the PUBRELs of
     // QoS 2 must not wait long, or the broker runs out of work.
@@ -695,13 +766,19 @@ async fn read_loop<R: AsyncReadRent>(
         // set again before every read.
         spillway_net::sockopt::set_quickack(fd);
         let waited = Instant::now();
-        read_more(&mut r, &mut buf)
-            .await
-            .map_err(|e| e.to_string())?;
-        // A broker with Nagle on sends the first acknowledgement and holds the rest until
-        // it is ACKed; while a batched read waits for more than one, this side's kernel
-        // delays that ACK (~40 ms on Linux). Reads that wait that long, twice running, mean
-        // such a broker: read every acknowledgement as it comes from then on.
+        if lowat > 1 {
+            batched.begin();
+        }
+        let read = read_more(&mut r, &mut buf).await;
+        batched.end();
+        if batched.cut.take() {
+            // The mark is one acknowledgement now: the next turn sets it again.
+            lowat = 1;
+        }
+        read.map_err(|e| e.to_string())?;
+        // A batched read is cut after CUT_AFTER (see cut_batched_reads). Reads that still
+        // waited ACK_STALL, twice running, mean the cut did not come in time (a shard too
+        // busy to run its timers): read every acknowledgement as it comes from then on.
         if lowat > 1 {
             stalls = if waited.elapsed() >= ACK_STALL {
                 stalls + 1
@@ -715,20 +792,19 @@ async fn read_loop<R: AsyncReadRent>(
                 info!(
                     sink = %ctx.sink,
                     conn = link.index,
-                    "batched reads of acknowledgements waited over {} ms twice running: \
-                     ack_batching is off on this connection (a broker with Nagle's algorithm \
-                     on holds acknowledgements back: mosquitto's set_tcp_nodelay true stops \
-                     that; a busy mosquitto stalls the same way; so does a broker over 30 ms \
-                     away)",
-                    ACK_STALL.as_millis()
+                    "batched reads of acknowledgements waited over {} ms twice running, \
+                     though each is cut after {} ms (this shard runs its timers late): \
+                     ack_batching is off on this connection",
+                    ACK_STALL.as_millis(),
+                    CUT_AFTER.as_millis()
                 );
             }
         }
     }
 }
 
-/// How long a batched read may wait before it counts as held up by the broker's Nagle
-/// algorithm and this side's delayed ACK (Linux delays an ACK at least 40 ms).
+/// How long a batched read may wait (though cut after [`CUT_AFTER`]) before batching is
+/// turned off for the connection.
 const ACK_STALL: Duration = Duration::from_millis(30);
 
 /// Whether an MQTT 3.1.1 broker must accept `id` (1-23 bytes of 0-9, a-z, A-Z; MQTT-3.1.3-5).
