@@ -9,6 +9,7 @@
 
 use std::io::{self, Read as _, Write as _};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -25,8 +26,12 @@ pub const MAX_CONNECTIONS: usize = 32;
 pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(2);
 /// The longest request head read; a longer one is answered `431`.
 pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
-/// How long the thread sleeps when nothing moved.
+/// How long the thread sleeps when nothing moved while connections are open.
 const IDLE_TICK: Duration = Duration::from_millis(5);
+/// Without connections the thread waits for one to arrive, up to this long (then it looks at
+/// the stop flag again): an engine nobody scrapes does not wake this thread 200 times a
+/// second.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
 
 /// The running endpoint.
 #[derive(Debug)]
@@ -120,9 +125,27 @@ fn serve(
         }
         conns.retain(|c| !c.done);
         if !moved {
-            std::thread::sleep(IDLE_TICK);
+            if conns.is_empty() {
+                wait_readable(listener.as_raw_fd(), IDLE_WAIT);
+            } else {
+                std::thread::sleep(IDLE_TICK);
+            }
         }
     }
+}
+
+/// Waits until `fd` is readable (for the listener: a connection to accept), at most
+/// `timeout`. An error (an interrupted wait) returns early, which the loop takes as a tick.
+#[allow(unsafe_code)]
+fn wait_readable(fd: std::os::fd::RawFd, timeout: Duration) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: `p` is one valid pollfd and the count passed is 1; poll only writes `revents`.
+    let _ = unsafe { libc::poll(&mut p, 1, ms) };
 }
 
 /// Answers a connection beyond the cap without waiting for it.
@@ -251,6 +274,65 @@ mod tests {
 
     fn text(answer: Option<Vec<u8>>) -> String {
         String::from_utf8(answer.unwrap()).unwrap()
+    }
+
+    /// Each metrics thread of this process (the kernel keeps 15 bytes of the name:
+    /// `spillway-metric`) by thread id, with its voluntary context switches (its sleeps).
+    fn metrics_threads() -> std::collections::BTreeMap<String, u64> {
+        let mut out = std::collections::BTreeMap::new();
+        for task in std::fs::read_dir("/proc/self/task").unwrap() {
+            let dir = task.unwrap().path();
+            let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
+                continue;
+            };
+            if comm.trim() != "spillway-metric" {
+                continue;
+            }
+            let Ok(status) = std::fs::read_to_string(dir.join("status")) else {
+                continue;
+            };
+            if let Some(n) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+            {
+                out.insert(dir.display().to_string(), n);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn an_idle_endpoint_waits_for_connections_instead_of_ticking_and_still_answers() {
+        let others = metrics_threads();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = MetricsServer::start(listener, "m 1\n".to_owned()).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let before = metrics_threads();
+        std::thread::sleep(Duration::from_secs(1));
+        let after = metrics_threads();
+        // This test's thread is one of those started since (tests run in parallel; any idle
+        // one will do, a ticking one never would): the fewest wake-ups among them.
+        let woke = after
+            .iter()
+            .filter(|(tid, _)| !others.contains_key(*tid))
+            .filter_map(|(tid, n)| before.get(tid).map(|b| n - b))
+            .min()
+            .unwrap();
+        // With a 5 ms tick it woke about 200 times a second; waiting on the listener, ~10.
+        assert!(
+            woke <= 30,
+            "the idle metrics thread woke {woke} times in 1 s"
+        );
+        let started = Instant::now();
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).unwrap();
+        assert!(answer.ends_with("m 1\n"), "{answer}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        drop(server);
     }
 
     #[test]
