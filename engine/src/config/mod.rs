@@ -408,7 +408,7 @@ mod defaults {
         1000
     }
     pub fn poll_interval() -> Dur {
-        Dur(Duration::from_millis(5))
+        Dur(Duration::from_millis(20))
     }
     pub fn window_messages() -> u32 {
         10_000
