@@ -92,6 +92,7 @@ impl Generator {
         let ts = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as u64);
+        out.reserve(usize::try_from(n).unwrap_or(0));
         for o in offset..offset + n {
             let start = (o as usize * 7) % 4096;
             out.push(Message {

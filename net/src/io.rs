@@ -37,7 +37,7 @@ pub async fn write_vectored<W: AsyncWriteRent>(
     w: &mut W,
     mut iov: IoVecs,
     limit: Duration,
-) -> io::Result<()> {
+) -> io::Result<IoVecs> {
     while iov.remaining() > 0 {
         let (result, back) = timeout(limit, w.writev(iov))
             .await
@@ -50,7 +50,7 @@ pub async fn write_vectored<W: AsyncWriteRent>(
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(iov)
 }
 
 /// Writes all of `data` with plain writes (each call within `limit`): for streams where a

@@ -51,6 +51,24 @@ impl IoVecs {
         }
     }
 
+    /// An empty list, to [`IoVecs::refill`].
+    pub fn empty() -> Self {
+        IoVecs::new(std::iter::empty())
+    }
+
+    /// Empties the list and describes `buffers` instead, keeping the list's allocations: a
+    /// writer that refills one list (which [`crate::io::write_vectored`] hands back) allocates
+    /// nothing per write once its lists are as long as its writes.
+    pub fn refill(&mut self, buffers: impl IntoIterator<Item = Bytes>) {
+        self.chunks.clear();
+        self.iovecs.clear();
+        self.chunks
+            .extend(buffers.into_iter().filter(|c| !c.is_empty()));
+        self.iovecs.extend(self.chunks.iter().map(iovec_of));
+        self.first = 0;
+        self.remaining = self.chunks.iter().map(Bytes::len).sum();
+    }
+
     /// Bytes not written yet.
     pub fn remaining(&self) -> usize {
         self.remaining
@@ -83,8 +101,9 @@ impl IoVecs {
 // value (until the write completes, also when the future is dropped: the driver keeps the value
 // alive until the kernel is done). That is sound here because:
 // - the pointer is `self.iovecs[self.first..].as_ptr()`, into the heap storage of a `Vec` that
-//   is never resized after `new`: moving `IoVecs` does not move that storage, so the pointer
-//   stays valid for as long as the value lives, and `first <= iovecs.len()` always holds;
+//   is resized only by `new` and `refill` (`&mut self`, which the runtime never calls while it
+//   holds the value): moving `IoVecs` does not move that storage, so the pointer stays valid
+//   for as long as the runtime holds the value, and `first <= iovecs.len()` always holds;
 // - the length is at most `iovecs.len() - first`, so every iovec read is initialised;
 // - each iovec describes exactly the bytes of the `Bytes` at the same index (rebuilt whenever
 //   that chunk is advanced), and the `Bytes` are owned by `self`: their memory is immutable and
@@ -144,6 +163,28 @@ mod tests {
         v.advance(100);
         assert_eq!(v.remaining(), 0);
         assert_eq!(v.read_iovec_len(), 0);
+    }
+
+    #[test]
+    fn a_refilled_list_describes_only_its_new_buffers_in_the_same_storage() {
+        let mut v = IoVecs::new((0..8u8).map(|i| Bytes::from(vec![i; 10])));
+        v.advance(25);
+        let storage = v.iovecs.as_ptr();
+        v.refill([
+            Bytes::from_static(b"ab"),
+            Bytes::new(),
+            Bytes::from_static(b"cde"),
+        ]);
+        assert_eq!(v.remaining(), 5);
+        assert_eq!(unsent(&v), b"abcde");
+        assert_eq!(v.read_iovec_len(), 2);
+        // Shorter than before: refilled in place, nothing allocated.
+        assert_eq!(v.iovecs.as_ptr(), storage);
+        v.advance(3);
+        assert_eq!(unsent(&v), b"de");
+        v.refill(std::iter::empty());
+        assert_eq!((v.remaining(), v.read_iovec_len()), (0, 0));
+        assert!(v.chunks.is_empty(), "the written buffers are let go");
     }
 
     #[test]

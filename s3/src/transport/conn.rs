@@ -216,6 +216,7 @@ async fn write_plain(
     let bufs = IoVecs::new(std::iter::once(head.clone()).chain(req.body.chunks().iter().cloned()));
     spillway_net::io::write_vectored(tcp, bufs, io_timeout)
         .await
+        .map(drop)
         .map_err(write_failure)
 }
 

@@ -498,20 +498,24 @@ async fn read_more<R: AsyncReadRent>(r: &mut R, buf: &mut BytesMut) -> io::Resul
 }
 
 /// Writes everything queued in `out` (one vectored write, more if the kernel takes part).
+/// `spare` keeps the iovec list between writes (refilled, not allocated per write); a write
+/// that fails or times out takes it along and the next one starts a new list.
 async fn write_out<W: AsyncWriteRent>(
     w: &mut W,
     link: &Link,
-    chunks: &mut Vec<Bytes>,
+    spare: &mut Option<IoVecs>,
     limit: Duration,
 ) -> io::Result<()> {
+    let mut iov = spare.take().unwrap_or_else(IoVecs::empty);
     {
         let mut out = link.out.borrow_mut();
         out.seal();
-        while let Some(c) = out.pop_chunk() {
-            chunks.push(c);
-        }
+        iov.refill(std::iter::from_fn(|| out.pop_chunk()));
     }
-    spillway_net::io::write_vectored(w, IoVecs::new(chunks.drain(..)), limit).await?;
+    let mut sent = spillway_net::io::write_vectored(w, iov, limit).await?;
+    // Let go of the buffers written (payloads shared with a poll's reply among them).
+    sent.refill(std::iter::empty());
+    *spare = Some(sent);
     spillway_net::io::flush(w, limit).await
 }
 
@@ -541,7 +545,7 @@ where
             })?;
     }
     let limit = cfg.connect_timeout.0;
-    let mut chunks = Vec::new();
+    let mut chunks: Option<IoVecs> = None;
     write_out(&mut stream, link, &mut chunks, limit)
         .await
         .map_err(|e| io_err("sending CONNECT", e))?;
@@ -1005,7 +1009,7 @@ async fn write_loop<W: AsyncWriteRent>(
     mut w: W,
     limit: Duration,
 ) -> Result<Closed, String> {
-    let mut chunks: Vec<Bytes> = Vec::with_capacity(256);
+    let mut chunks: Option<IoVecs> = None;
     loop {
         let work = loop {
             let wait = poll_fn(|cx| {
