@@ -4,13 +4,15 @@
 #   - s3s-fs 0.14.1 (cargo): an S3 server that verifies SigV4 signatures, for tests and the bench
 #   - libhwloc15, libudev1 (Debian packages): the runtime needs of the real Iggy server in
 #     ../shared/iggy/, which the tests and the bench start
+#   - linux-perf (Debian package): `perf`, for the flame graphs of the bench's s3-sink scenario
+#     (the bench smoke run draws them; without perf it says so and goes on)
 #   - the nightly toolchain and cargo-fuzz 0.13.2 (cargo): the fuzz targets the tests build and run
 set -euo pipefail
 
 need_apt=()
 command -v mosquitto >/dev/null 2>&1 || need_apt+=(mosquitto)
 command -v mosquitto_sub >/dev/null 2>&1 || need_apt+=(mosquitto-clients)
-for pkg in libhwloc15 libudev1; do
+for pkg in libhwloc15 libudev1 linux-perf; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then

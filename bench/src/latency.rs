@@ -567,7 +567,13 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
             report::default_json_path(&format!("latency_{}", kind.name())).with_extension("svg");
         let chart = latency_chart(kind, &points);
         let _ = match chart.write(&path) {
-            Ok(()) => writeln!(text, "  chart: {}", path.display()),
+            Ok(()) => {
+                report::picture(
+                    &path,
+                    &format!("latency against offered rate: {}", kind.name()),
+                );
+                writeln!(text, "  chart: {}", path.display())
+            }
             Err(e) => writeln!(text, "  chart not written ({}: {e})", path.display()),
         };
     }

@@ -25,6 +25,7 @@ mod latency;
 mod metrics;
 mod mqtt;
 mod pipeline;
+mod profile;
 mod report;
 mod s3;
 mod s3_sink;
@@ -399,7 +400,9 @@ fn run_all(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<(), String>
             text: String::new(),
             problems: Vec::new(),
             failed: None,
+            pictures: Vec::new(),
         };
+        let _ = report::take_pictures();
         match measure(scenario, opts.quick, progress) {
             Ok(m) => {
                 print!("{}", m.text);
@@ -418,6 +421,7 @@ fn run_all(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<(), String>
             }
         }
         done.took = start.elapsed();
+        done.pictures = report::take_pictures();
         ran.push(done);
     }
     let paths = suite::write(&dir, &machine, opts.quick, &started, &ran)

@@ -300,6 +300,34 @@ pub fn default_json_path(name: &str) -> PathBuf {
         .join(format!("{name}.json"))
 }
 
+/// A picture a scenario wrote (a chart, a flame graph), for the suite's `report.md` to show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Picture {
+    pub path: PathBuf,
+    pub caption: String,
+}
+
+/// The pictures written since the last [`take_pictures`].
+static PICTURES: std::sync::Mutex<Vec<Picture>> = std::sync::Mutex::new(Vec::new());
+
+/// Records that the scenario running wrote the picture at `path`.
+pub fn picture(path: &Path, caption: &str) {
+    if let Ok(mut all) = PICTURES.lock() {
+        all.push(Picture {
+            path: path.to_owned(),
+            caption: caption.to_owned(),
+        });
+    }
+}
+
+/// The pictures recorded since the last call, oldest first.
+pub fn take_pictures() -> Vec<Picture> {
+    PICTURES
+        .lock()
+        .map(|mut all| std::mem::take(&mut *all))
+        .unwrap_or_default()
+}
+
 /// Writes the rows as JSON to `path`, creating its directory.
 pub fn write_json(path: &Path, rows: &[Row]) -> io::Result<()> {
     if let Some(dir) = path.parent() {

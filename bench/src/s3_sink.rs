@@ -59,6 +59,7 @@ use spillway_tests::{IggyServer, S3Server};
 
 use crate::harness::median;
 use crate::mqtt::cpu::ProcessCpu;
+use crate::profile;
 use crate::report::{self, Better, Row};
 use data::Codec;
 use threads::{Split, ThreadMeter};
@@ -81,6 +82,9 @@ const ONLY_ENV: &str = "SPILLWAY_BENCH_S3_SINK_CLIENTS";
 /// the uploader alone), with at most a third of the peer's CPU per GiB.
 const TARGET_OF_LIMIT: f64 = 0.9;
 const TARGET_CPU_VS_PEER: f64 = 3.0;
+/// Issue 17's goals for the engine's CPU per GiB of payload: json_lines with metadata, raw.
+const TARGET_CPU_JSON_LINES: f64 = 1.2;
+const TARGET_CPU_RAW: f64 = 0.6;
 
 /// What one run measured.
 #[derive(Debug, Clone, Copy)]
@@ -558,6 +562,23 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
             })?);
         }
     }
+    // One more run of the uncompressed json_lines and raw clients each, under perf: flame
+    // graphs of the shard thread, with no effect on the figures above.
+    let mut profiled = String::new();
+    if profile::wanted() {
+        for client in [Client::Ours(Codec::None), Client::OursRaw] {
+            if !clients.contains(&client) {
+                continue;
+            }
+            progress(&format!("{} profile run", client.name()));
+            match profile_run(&fx, client, &mut json) {
+                Ok(t) => profiled.push_str(&t),
+                Err(e) => {
+                    let _ = writeln!(profiled, "  {}: no profile: {e}", client.name());
+                }
+            }
+        }
+    }
     if let Ok(mut admin) = iggy.admin() {
         let _ = admin.delete_stream(&stream);
     }
@@ -796,6 +817,28 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
             );
         }
     }
+    for (client, goal) in [
+        (Client::Ours(Codec::None), TARGET_CPU_JSON_LINES),
+        (Client::OursRaw, TARGET_CPU_RAW),
+    ] {
+        if let Some(o) = find(client) {
+            let _ = writeln!(
+                text,
+                "  engine CPU per GiB, {}: {:.2} s/GiB (goal <= {goal} s/GiB): {}",
+                client.name(),
+                o.cpu_s_per_gib,
+                verdict(o.cpu_s_per_gib <= goal),
+            );
+        }
+    }
+    if !profiled.is_empty() {
+        let _ = writeln!(
+            text,
+            "\nwhere the shard thread's CPU goes (one more run of each, under `perf record -F 999 \
+             -g`; not in the figures above)"
+        );
+        text.push_str(&profiled);
+    }
     let _ = writeln!(
         text,
         "\n  ours: the engine in-process, timed from its start until Iggy holds the last offset \
@@ -819,6 +862,35 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
          flight, one monoio thread"
     );
     Ok((rows, text))
+}
+
+/// A run of `client` under perf: its flame graph next to the report, and its self-time table.
+fn profile_run(
+    fx: &Fixture<'_>,
+    client: Client,
+    json: &mut Option<Bytes>,
+) -> Result<String, String> {
+    let svg = report::default_json_path(&format!("profile_s3_sink_{}", client.tag()))
+        .with_extension("svg");
+    if let Some(dir) = svg.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    let recording = profile::start(&svg.with_extension("data"))?;
+    let ran = one(fx, client, 1000, json);
+    let data = recording.stop()?;
+    ran?;
+    let title = format!(
+        "the shard thread, spillway-bench s3-sink, {}",
+        client.name()
+    );
+    let p = profile::render(&data, "spillway-shard", &title, &svg)?;
+    report::picture(&svg, &format!("flame graph: {title}"));
+    Ok(format!(
+        "  {} ({}):\n{}",
+        client.name(),
+        svg.display(),
+        p.table()
+    ))
 }
 
 #[cfg(test)]

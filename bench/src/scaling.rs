@@ -309,7 +309,10 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
     };
     let path = report::default_json_path("scaling").with_extension("svg");
     let _ = match chart.write(&path) {
-        Ok(()) => writeln!(text, "  chart: {}", path.display()),
+        Ok(()) => {
+            report::picture(&path, "msgs/s against shards");
+            writeln!(text, "  chart: {}", path.display())
+        }
         Err(e) => writeln!(text, "  chart not written ({}: {e})", path.display()),
     };
     Ok((rows, text))

@@ -121,6 +121,8 @@ pub struct Ran {
     /// Problems that fail the command (a scenario's checks), or the error that stopped it.
     pub problems: Vec<String>,
     pub failed: Option<String>,
+    /// The charts and flame graphs it wrote, shown in `report.md` as pictures.
+    pub pictures: Vec<report::Picture>,
 }
 
 fn cell(v: f64) -> String {
@@ -136,7 +138,13 @@ fn cell(v: f64) -> String {
 }
 
 /// `report.md`.
-pub fn markdown(machine: &MachineInfo, quick: bool, started: &str, ran: &[Ran]) -> String {
+pub fn markdown(
+    dir: &Path,
+    machine: &MachineInfo,
+    quick: bool,
+    started: &str,
+    ran: &[Ran],
+) -> String {
     let mut out = String::from("# Spillway bench report\n\n");
     let _ = writeln!(
         out,
@@ -192,6 +200,19 @@ pub fn markdown(machine: &MachineInfo, quick: bool, started: &str, ran: &[Ran]) 
         }
         if !r.text.trim().is_empty() {
             let _ = write!(out, "\n```text\n{}\n```\n", r.text.trim_end());
+        }
+        for p in &r.pictures {
+            // Beside the report: by file name, so the report and its pictures move together.
+            let link = match p.path.strip_prefix(dir) {
+                Ok(rel) => rel.display().to_string(),
+                Err(_) => p.path.display().to_string(),
+            };
+            let _ = write!(
+                out,
+                "\n![{}]({})\n",
+                p.caption.replace(['[', ']'], ""),
+                link
+            );
         }
     }
     out
@@ -263,7 +284,7 @@ pub fn write(
     std::fs::create_dir_all(dir)?;
     let md = dir.join("report.md");
     let js = dir.join("report.json");
-    std::fs::write(&md, markdown(machine, quick, started, ran))?;
+    std::fs::write(&md, markdown(dir, machine, quick, started, ran))?;
     std::fs::write(&js, json(machine, quick, started, ran))?;
     Ok([md, js])
 }
@@ -309,6 +330,10 @@ mod tests {
                 text: "time per operation\n".to_owned(),
                 problems: Vec::new(),
                 failed: None,
+                pictures: vec![report::Picture {
+                    path: "/r/flame.svg".into(),
+                    caption: "a [flame] graph".to_owned(),
+                }],
             },
             Ran {
                 name: "mqtt",
@@ -317,13 +342,21 @@ mod tests {
                 text: String::new(),
                 problems: Vec::new(),
                 failed: Some("mosquitto not found".to_owned()),
+                pictures: Vec::new(),
             },
         ]
     }
 
     #[test]
     fn markdown_has_the_machine_every_scenario_and_the_ratio() {
-        let md = markdown(&machine(), true, "2026-12-01 10:00:00 UTC", &ran());
+        let md = markdown(
+            Path::new("/r"),
+            &machine(),
+            true,
+            "2026-12-01 10:00:00 UTC",
+            &ran(),
+        );
+        assert!(md.contains("\n![a flame graph](flame.svg)\n"), "{md}");
         assert!(md.contains("2 cores available (2 online), Test CPU, kernel 6.1.0"));
         assert!(md.contains("load average 0.50 0.25 0.10"));
         assert!(md.contains("Iggy: the real Iggy server (test)."));
