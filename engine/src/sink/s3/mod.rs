@@ -371,7 +371,14 @@ impl S3Sink {
             self.parts.resize_with(slot + 1, || None);
         }
         if self.parts[slot].is_none() {
-            let encoder = Encoder::new(self.cfg.format_options()).map_err(SinkError::config)?;
+            let mut encoder = Encoder::new(self.cfg.format_options()).map_err(SinkError::config)?;
+            // The parts in flight and the one gathering hold the chunks of that many bytes.
+            encoder.keep_for_reuse(
+                self.cfg
+                    .part_size
+                    .0
+                    .saturating_mul(self.cfg.parts_in_flight as u64 + 1),
+            );
             self.epochs += 1;
             self.parts[slot] = Some(PartWriter {
                 info: Rc::clone(info),
@@ -1191,6 +1198,10 @@ impl Sink for S3Sink {
             .collect();
         for slot in due {
             self.close(slot).await;
+            // Gone idle: its encoder keeps no buffers for reuse.
+            if let Some(w) = self.parts[slot].as_mut() {
+                w.encoder.release_spare();
+            }
         }
         Ok(())
     }

@@ -830,6 +830,60 @@ fn output_buffer_is_reused_once_taken_bytes_are_dropped() {
     }
 }
 
+/// Pushes 32 MiB of raw records, holding the last `hold` bytes of chunks alive (as parts in
+/// flight hold them) and dropping older ones; the buffers allocated.
+fn buffers_for(enc: &mut Encoder, hold: usize) -> u64 {
+    let payload = vec![b'x'; 1000];
+    let m = msg(0, &payload, Bytes::new());
+    let p = part();
+    let mut held: std::collections::VecDeque<Bytes> = std::collections::VecDeque::new();
+    let mut held_bytes = 0usize;
+    let mut total = 0usize;
+    enc.begin();
+    while total < 32 << 20 {
+        enc.push(&p, &m);
+        let chunk = enc.take();
+        total += chunk.len();
+        held_bytes += chunk.len();
+        held.push_back(chunk);
+        while held_bytes > hold {
+            held_bytes -= held.pop_front().map_or(0, |c| c.len());
+        }
+    }
+    enc.finish();
+    enc.buffers_allocated()
+}
+
+/// Used-up output buffers are taken again once their chunks are dropped: a few buffers serve
+/// any amount of output, as long as the encoder keeps enough of them waiting to cover what
+/// is held.
+#[test]
+fn used_up_buffers_are_reused_once_their_chunks_are_dropped() {
+    let raw = || {
+        Encoder::new(FormatOptions {
+            format: Format::Raw,
+            ..FormatOptions::default()
+        })
+        .unwrap()
+    };
+    // 1 MiB held is 4-5 buffers of 256 KiB; without reuse 32 MiB would take 128.
+    let n = buffers_for(&mut raw(), 1 << 20);
+    assert!(n <= 8, "{n} buffers allocated for 32 MiB, 1 MiB held");
+    // 16 MiB held (two 8 MiB parts): the default keeps too few waiting to reuse any...
+    let n = buffers_for(&mut raw(), 16 << 20);
+    assert!(n > 100, "{n} buffers allocated for 32 MiB, 16 MiB held");
+    // ...and told what is held, it reuses them.
+    let mut enc = raw();
+    enc.keep_for_reuse(16 << 20);
+    let n = buffers_for(&mut enc, 16 << 20);
+    assert!(
+        n <= 70,
+        "{n} buffers allocated for 32 MiB, 16 MiB held, kept for reuse"
+    );
+    enc.release_spare();
+    assert!(enc.sink.out.spare.is_empty());
+}
+
 #[test]
 fn empty_objects_are_valid() {
     for format in [
