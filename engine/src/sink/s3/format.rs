@@ -586,7 +586,7 @@ struct OutBuf {
     /// Used-up buffers, oldest first, each waiting until every chunk taken from it is dropped
     /// (its part uploaded) to be used again: a fresh allocation costs the kernel a zeroed page
     /// per 4 KiB (11.5% of the shard's CPU in the raw profile), a reused one nothing. At most
-    /// [`SPARE`] wait; an older one is let go (its memory is freed with its last chunk).
+    /// `keep` wait; an older one is let go (its memory is freed with its last chunk).
     spare: VecDeque<BytesMut>,
     /// The size of `buf`'s allocation.
     alloc: usize,
