@@ -187,6 +187,8 @@ pub fn run_until_end(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> Ru
 
     let mut finished = vec![false; shards.len()];
     let mut status = EXIT_OK;
+    // The distinct fatal reports logged so far.
+    let mut fatal_logged: Vec<String> = Vec::new();
     let mut seen_signals = 0;
     let mut first_signal: Option<Instant> = None;
     let mut drain_deadline: Option<Instant> = None;
@@ -265,7 +267,11 @@ pub fn run_until_end(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> Ru
                     message,
                     class,
                 } => {
-                    error!(shard, "{message}");
+                    // Every shard running the sink may report the same failure: log it once.
+                    if !fatal_logged.contains(&message) {
+                        error!(shard, "{message}");
+                        fatal_logged.push(message);
+                    }
                     let exit = class.exit_code();
                     // The first configuration failure decides the status, as it names the fix.
                     if status != EXIT_CONFIG {

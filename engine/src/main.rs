@@ -1,6 +1,6 @@
 //! The `spillway` binary: `spillway run --config F`, `spillway check --config F`.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -14,26 +14,66 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Exit status for a config that does not load.
 const EXIT_CONFIG: u8 = spillway::control::EXIT_CONFIG as u8;
 
+/// Where to read on, shown under `--help` and `run --help`.
+const MORE: &str = "\
+Configuration: one TOML file. Every key, its type and default is in the README's
+\"Configuration\" section (README.md in the source, /usr/share/doc/spillway/README.md from the
+.deb); commented example files are in examples/ (/usr/share/doc/spillway/examples, and
+/etc/spillway/spillway.toml from the .deb). Any string value may name environment variables as
+${NAME} or ${NAME:-fallback}.
+
+Environment:
+  SPILLWAY_LOG            log filter (default info; e.g. debug, spillway=debug)
+  SPILLWAY_LOG_FORMAT     text (default) or json, as --log-format
+  SPILLWAY_IGGY_ADDRESS, SPILLWAY_IGGY_USERNAME, SPILLWAY_IGGY_PASSWORD, SPILLWAY_IGGY_TOKEN
+                          the Iggy server and login (win over the file)
+  SPILLWAY_MQTT_PASSWORD_<SINK>
+                          an MQTT sink's password (sink name upper-cased, - and . as _)
+  AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION
+                          S3 credentials and region where the sink names none
+  NO_COLOR                no colour in text logs (there is none when stderr is not a terminal)
+
+Exit status: 0 after a drain, 1 when a sink failed for good, 2 for a config problem, 130 after
+a second signal.";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "spillway",
     version,
-    about = "Thread-per-core sink engine: Apache Iggy partitions to MQTT brokers and S3 stores"
+    about = "Thread-per-core sink engine: Apache Iggy partitions to MQTT brokers and S3 stores",
+    after_help = MORE
 )]
 struct Cli {
+    /// Log lines as text, or as one JSON object per line (for log shippers).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "SPILLWAY_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Cmd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Run the engine until SIGINT/SIGTERM (or until a generate source is done).
+    #[command(after_help = MORE)]
     Run {
         /// The TOML config file.
         #[arg(short, long)]
         config: PathBuf,
     },
     /// Check a config and print the core map, without connecting anywhere.
+    #[command(after_help = MORE)]
     Check {
         /// The TOML config file.
         #[arg(short, long)]
@@ -54,19 +94,36 @@ fn load(path: &std::path::Path) -> Result<(config::Config, coremap::CoreMap), St
     Ok((cfg, map))
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    tracing_subscriber::fmt()
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SPILLWAY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         // A closed stderr (`spillway run ... 2>&1 | head -1`) must not end the engine: the
         // default reports a failed log write with `eprintln!`, which panics on that same
         // stderr (exit 101). Lines that cannot be written are dropped.
         .log_internal_errors(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SPILLWAY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+        .with_env_filter(filter);
+    match format {
+        LogFormat::Text => {
+            // Colour only for a person at a terminal: a journal, a file or a pipe gets plain
+            // text, and NO_COLOR (https://no-color.org) turns it off there too.
+            let colour = std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            logs.with_ansi(colour).init();
+        }
+        LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_ansi(false)
+            .init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logs(cli.log_format);
     match cli.command {
         Cmd::Check { config } => match load(&config) {
             Ok((cfg, map)) => {

@@ -423,33 +423,24 @@ impl Merged {
         let name = "spillway_poll_to_confirm_seconds";
         let _ = writeln!(
             out,
-            "# HELP {name} Time from poll to the sink's confirmation.\n# TYPE {name} summary"
+            "# HELP {name} Time from poll to the sink's confirmation.\n# TYPE {name} histogram"
         );
         for (sink, h) in self.latency.iter().enumerate() {
-            for q in [0.5, 0.9, 0.99, 0.999] {
-                let _ = writeln!(
-                    out,
-                    "{name}{{sink=\"{}\",quantile=\"{q}\"}} {}",
-                    self.name(sink),
-                    h.value_at_quantile(q) as f64 / 1e6
-                );
+            let sink = self.name(sink);
+            for (le, count) in latency_buckets(h) {
+                let _ = writeln!(out, "{name}_bucket{{sink=\"{sink}\",le=\"{le}\"}} {count}");
             }
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{sink=\"{sink}\",le=\"+Inf\"}} {}",
+                h.len()
+            );
             let sum: f64 = h
                 .iter_recorded()
                 .map(|v| v.value_iterated_to() as f64 * v.count_at_value() as f64)
                 .sum();
-            let _ = writeln!(
-                out,
-                "{name}_sum{{sink=\"{}\"}} {}",
-                self.name(sink),
-                sum / 1e6
-            );
-            let _ = writeln!(
-                out,
-                "{name}_count{{sink=\"{}\"}} {}",
-                self.name(sink),
-                h.len()
-            );
+            let _ = writeln!(out, "{name}_sum{{sink=\"{sink}\"}} {}", sum / 1e6);
+            let _ = writeln!(out, "{name}_count{{sink=\"{sink}\"}} {}", h.len());
         }
         out
     }
@@ -457,6 +448,24 @@ impl Merged {
     fn name(&self, sink: usize) -> String {
         escape(self.names.get(sink).map_or("?", String::as_str))
     }
+}
+
+/// The upper bounds (seconds) of the poll-to-confirm histogram's buckets: sub-millisecond to
+/// tens of milliseconds for MQTT acknowledgements, seconds to minutes for S3 objects (which
+/// confirm a whole object at once, after `max_object_age` at most).
+pub const LATENCY_BUCKETS: [&str; 20] = [
+    "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1",
+    "2.5", "5", "10", "30", "60", "120", "300", "600", "1800",
+];
+
+/// Cumulative counts at each bound of [`LATENCY_BUCKETS`] from a histogram of microseconds
+/// (within the histogram's precision of 3 significant digits: a value just over a bound may be
+/// counted in it).
+fn latency_buckets(h: &Histogram<u64>) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    LATENCY_BUCKETS.iter().map(move |le| {
+        let micros = le.parse::<f64>().map_or(0, |s| (s * 1e6).round() as u64);
+        (*le, h.count_between(0, micros))
+    })
 }
 
 fn add(into: &mut SinkCounters, c: &SinkCounters) {
@@ -574,6 +583,22 @@ mod tests {
         );
         assert!(text.contains("spillway_lag_messages{shard=\"0\",sink=\"a\\\"b\",stream=\"s\",topic=\"t\",partition=\"1\"} 10"));
         assert!(text.contains("spillway_poll_to_confirm_seconds_count{sink=\"a\\\"b\"} 2"));
+        // 2 ms twice: in every bucket from 2.5 ms up, none below.
+        assert!(text.contains("# TYPE spillway_poll_to_confirm_seconds histogram"));
+        assert!(
+            text.contains(
+                "spillway_poll_to_confirm_seconds_bucket{sink=\"a\\\"b\",le=\"0.001\"} 0"
+            )
+        );
+        assert!(
+            text.contains(
+                "spillway_poll_to_confirm_seconds_bucket{sink=\"a\\\"b\",le=\"0.0025\"} 2"
+            )
+        );
+        assert!(
+            text.contains("spillway_poll_to_confirm_seconds_bucket{sink=\"a\\\"b\",le=\"+Inf\"} 2")
+        );
+        assert!(!text.contains("quantile="), "a histogram, not a summary");
         assert_eq!(m.totals()[0].0.confirmed, 12);
         assert!(
             text.contains("spillway_sink_retries_total{shard=\"0\",sink=\"a\\\"b\"} 2"),

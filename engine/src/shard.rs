@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
-use tracing::{error, info};
+use tracing::info;
 
 use crate::config::Config;
 use crate::coremap::ShardPlan;
@@ -116,8 +116,8 @@ async fn shard_main(
                 let remaining = Rc::clone(&remaining);
                 let reports = Arc::clone(&reports);
                 monoio::spawn(async move {
+                    // Logged by the control thread, once (not here as well).
                     if let Err(EngineError { message, class }) = runner.run().await {
-                        error!(shard = index, "{message}");
                         reports.deliver(Report::Fatal {
                             shard: index,
                             message,
@@ -128,7 +128,6 @@ async fn shard_main(
                 });
             }
             Err(EngineError { message, class }) => {
-                error!(shard = index, "{message}");
                 reports.deliver(Report::Fatal {
                     shard: index,
                     message,

@@ -24,6 +24,24 @@ impl fmt::Display for Dur {
     }
 }
 
+/// A duration for a log line: whole milliseconds below 10 s (`137ms`), tenths of a second
+/// above (`12.4s`), and never the nanoseconds a jittered wait has (`137.293847ms`).
+#[derive(Debug, Clone, Copy)]
+pub struct Rounded(pub Duration);
+
+impl fmt::Display for Rounded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self.0;
+        if d < Duration::from_millis(1) && !d.is_zero() {
+            write!(f, "{}µs", d.as_micros())
+        } else if d < Duration::from_secs(10) {
+            write!(f, "{}ms", (d.as_secs_f64() * 1e3).round() as u64)
+        } else {
+            write!(f, "{:.1}s", d.as_secs_f64())
+        }
+    }
+}
+
 /// Parses a duration (see [`Dur`]).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
@@ -164,6 +182,12 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        let r = |d| Rounded(d).to_string();
+        assert_eq!(r(Duration::from_nanos(137_293_847)), "137ms");
+        assert_eq!(r(Duration::from_nanos(9_999_600_000)), "10000ms");
+        assert_eq!(r(Duration::from_millis(12_440)), "12.4s");
+        assert_eq!(r(Duration::from_nanos(450_400)), "450µs");
+        assert_eq!(r(Duration::ZERO), "0ms");
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("10us"), Ok(Duration::from_micros(10)));

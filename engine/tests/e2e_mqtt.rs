@@ -738,6 +738,17 @@ fn a_right_password_delivers_on_both_protocols_and_a_wrong_one_stops_the_engine(
             lower.contains("not authori"),
             "{name}: the log names the CONNACK reason\n{log}"
         );
+        // Once, as the reason the engine stops (the connection, the shard and the control
+        // thread each logged it before).
+        assert_eq!(
+            lower.matches("not authori").count(),
+            1,
+            "{name}: the fatal error is logged once\n{log}"
+        );
+        assert!(
+            !log.contains("not connected to the MQTT broker"),
+            "{name}: no warning that only repeats the refusal\n{log}"
+        );
         if *name == "bad-v5" {
             assert!(
                 lower.contains("0x87") || lower.contains("135"),
@@ -1627,6 +1638,88 @@ topic = "{name}"
 {mqtt}
 "#
     )
+}
+
+/// The retained message on `status/{sink}` a subscriber that connects now is given.
+fn retained_status(broker: &Mosquitto, version: MqttVersion, sink: &str) -> Option<String> {
+    let sub = Subscriber::connect(
+        broker.addr(),
+        SubscriberOpts::new(version, format!("status/{sink}")).qos(1),
+    )
+    .unwrap();
+    // A live publication while subscribing carries RETAIN 0: only the stored one counts.
+    let got = sub.wait_for(1, Duration::from_millis(500)).ok()?;
+    got.iter().find(|r| r.retain).map(text)
+}
+
+/// `[sink.mqtt.birth]` against a REAL mosquitto (through the harness's count proxy, which can
+/// keep the engine out) over both protocols: after the first CONNACK a subscriber that comes
+/// later finds the retained "online"; the broker then dies (SIGKILL, no persistence: it forgets
+/// every retained message) and comes back with the engine kept out until nothing is retained,
+/// and the engine's next connection publishes the birth again; after a controlled stop
+/// (SIGTERM) the retained message is the will's "offline" (MQTT 5: DISCONNECT 0x04 has the
+/// broker publish the will; 3.1.1: the sink publishes the will's message before DISCONNECT),
+/// not a stale "online". Without the birth the first check fails (nothing retained); without
+/// the shutdown will the last one does (mosquitto discards the will on a normal DISCONNECT).
+#[test]
+fn the_birth_message_follows_every_connack_and_a_controlled_stop_leaves_the_will() {
+    for version in [MqttVersion::V5, MqttVersion::V4] {
+        let mut broker = Mosquitto::start(MosquittoOpts::new()).unwrap();
+        let proxy = MqttCountProxy::start(broker.addr()).unwrap();
+        let sink = format!("birth{}", protocol(version).replace('.', ""));
+        let cfg = generate_to_broker(
+            &sink,
+            proxy.addr(),
+            50,
+            &format!(
+                "protocol = \"{}\"\nreconnect_min = \"50ms\"\nreconnect_max = \"200ms\"\n\
+                 [sink.mqtt.will]\ntopic = \"status/{{sink}}\"\npayload = \"offline\"\nqos = 1\nretain = true\n\
+                 [sink.mqtt.birth]\ntopic = \"status/{{sink}}\"\npayload = \"online\"\nqos = 1",
+                protocol(version)
+            ),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let mut engine = Engine::start(dir.path(), &sink, &cfg);
+        let mut status = None;
+        common::wait_until("the birth message is retained", LONG, || {
+            status = retained_status(&broker, version, &sink);
+            status.is_some() || !engine.running()
+        });
+        assert_eq!(
+            status.as_deref(),
+            Some("online"),
+            "{version:?}\n{}",
+            engine.log()
+        );
+
+        proxy.refuse_connections(true);
+        broker.stop().unwrap();
+        broker.start_again().unwrap();
+        assert_eq!(
+            retained_status(&broker, version, &sink),
+            None,
+            "{version:?}: the restarted broker kept no retained message"
+        );
+        proxy.refuse_connections(false);
+        common::wait_until("the birth message is published again", LONG, || {
+            status = retained_status(&broker, version, &sink);
+            status.is_some() || !engine.running()
+        });
+        assert_eq!(
+            status.as_deref(),
+            Some("online"),
+            "{version:?}: after the reconnect\n{}",
+            engine.log()
+        );
+
+        stop_clean(&mut engine, LONG);
+        assert_eq!(
+            retained_status(&broker, version, &sink).as_deref(),
+            Some("offline"),
+            "{version:?}: after a controlled stop\n{}",
+            engine.log()
+        );
+    }
 }
 
 /// A broker that answers CONNACK and then starts a PUBLISH of 200 MiB. A FAKE broker (a

@@ -329,6 +329,11 @@ fn a_permanent_store_error_after_start_stops_the_engine_naming_it() {
     let log = engine.log();
     assert_eq!(code, Some(1), "{}", common::tail(&log, 20));
     assert!(log.contains("AccessDenied"), "{}", common::tail(&log, 20));
+    let fatal: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("ERROR") || l.contains("stopped:"))
+        .collect();
+    assert_eq!(fatal.len(), 1, "the fatal error is logged once: {fatal:#?}");
     assert_eq!(common::stored(&mut admin, &t, "denied", 0), None);
 }
 

@@ -2,9 +2,11 @@
 //!
 //! Every table refuses unknown keys; a wrong type or an impossible value is a [`ConfigError`]
 //! naming the file and the key (`sink[1].window_messages`). Secrets can come from the
-//! environment instead of the file (`SPILLWAY_IGGY_PASSWORD`, `SPILLWAY_IGGY_TOKEN`).
+//! environment instead of the file (`SPILLWAY_IGGY_PASSWORD`, `SPILLWAY_IGGY_TOKEN`), and any
+//! string value may name environment variables as `${VAR}` ([`interpolate`]).
 //! `README.md` ("Configuration") documents every key; `examples/` holds commented files.
 
+mod interpolate;
 mod mqtt;
 mod s3;
 mod secret;
@@ -17,8 +19,8 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
 pub use mqtt::{
-    DEFAULT_WINDOW, Envelope, MqttSinkConfig, MqttVersion, V311_QOS2_WINDOW, WillConfig,
-    password_env,
+    BirthConfig, DEFAULT_WINDOW, Envelope, MqttSinkConfig, MqttVersion, V311_QOS2_WINDOW,
+    WillConfig, password_env,
 };
 pub use s3::{
     ChecksumKind, Compression, Format, FormatOptions, Framing, OnShutdown, S3SinkConfig, SseKind,
@@ -532,20 +534,22 @@ pub fn parse(
         key,
         message,
     };
-    let de = toml::Deserializer::parse(text).map_err(|e| {
+    let mut table = text.parse::<toml::Table>().map_err(|e| {
         err(
             String::new(),
             format!("not valid TOML: {}", e.to_string().trim()),
         )
     })?;
-    let mut config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
-        let key = e.path().to_string();
-        let inner = e.into_inner();
-        err(
-            if key == "." { String::new() } else { key },
-            inner.message().trim().to_owned(),
-        )
-    })?;
+    interpolate::interpolate(&mut table, env).map_err(|(key, message)| err(key, message))?;
+    let mut config: Config =
+        serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            err(
+                if key == "." { String::new() } else { key },
+                inner.message().trim().to_owned(),
+            )
+        })?;
     config.path = path.to_owned();
     apply_env(&mut config, env);
     validate::validate(&config).map_err(|(key, message)| err(key, message))?;

@@ -102,6 +102,25 @@ pub struct WillConfig {
     pub retain: bool,
 }
 
+/// `[sink.mqtt.birth]`: the message published after every CONNACK (the counterpart of the
+/// will: a retained `online` on the topic where the will says `offline`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BirthConfig {
+    /// Topic (`{sink}`, `{shard}`, `{conn}`, `{pid}` and `{host}` are replaced, as in the
+    /// will's).
+    pub topic: NameTemplate,
+    /// Payload (UTF-8 text).
+    #[serde(default)]
+    pub payload: String,
+    /// QoS 0, 1 or 2.
+    #[serde(default)]
+    pub qos: u8,
+    /// Retain it (default `true`: a client that subscribes later sees the state).
+    #[serde(default = "defaults::yes")]
+    pub retain: bool,
+}
+
 /// The default packet-id window.
 pub const DEFAULT_WINDOW: u16 = 1000;
 /// The default window over MQTT 3.1.1 when QoS 2 may be used: mosquitto's and VerneMQ's
@@ -243,6 +262,11 @@ pub struct MqttSinkConfig {
     pub dead_letter_topic: Option<String>,
     /// The last will.
     pub will: Option<WillConfig>,
+    /// The birth message, published after each CONNACK. With a will as well, a controlled
+    /// shutdown has the broker publish the will too (MQTT 5: DISCONNECT with reason 0x04;
+    /// 3.1.1: the sink publishes the will's message before DISCONNECT), so the status topic
+    /// never says online after the engine has stopped.
+    pub birth: Option<BirthConfig>,
 }
 
 impl fmt::Debug for MqttSinkConfig {

@@ -407,3 +407,39 @@ fn an_s3_sink_loads_with_defaults_and_names_its_mistakes() {
     assert_eq!(e.key, "sink[0].s3.secret_access_key", "{e}");
     assert!(e.to_string().contains("empty"), "{e}");
 }
+
+#[test]
+fn env_variables_in_values_are_replaced_and_an_unset_one_names_its_key() {
+    let text = GOOD
+        .replace(
+            "\"127.0.0.1:8090\"",
+            "\"${IGGY_HOST:-127.0.0.1}:${IGGY_PORT}\"",
+        )
+        .replace("password = \"secret\"", "password = \"${IGGY_PW}\"")
+        .replace("username = \"iggy\"", "username = \"$${literal}\"");
+    let c = parse_with(&text, &[("IGGY_PORT", "9090"), ("IGGY_PW", "hunter2")])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.iggy.address, "127.0.0.1:9090");
+    assert_eq!(
+        c.iggy.password.as_ref().map(Secret::expose),
+        Some("hunter2")
+    );
+    assert!(
+        !format!("{c:?}").contains("hunter2"),
+        "a secret from a variable stays hidden"
+    );
+    assert_eq!(c.iggy.username.as_deref(), Some("${literal}"));
+
+    let Err(e) = parse_with(&text, &[("IGGY_PORT", "9090")]) else {
+        panic!("loaded without IGGY_PW");
+    };
+    assert_eq!(e.key, "iggy.password");
+    assert!(e.message.contains("IGGY_PW is not set"), "{e}");
+    // Interpolation happens before types are checked: a variable that makes a bad value is
+    // reported as that key's problem.
+    let text = GOOD.replace("window_messages = 500", "window_messages = \"${N}\"");
+    let Err(e) = parse_with(&text, &[("N", "500")]) else {
+        panic!("a string window_messages was taken");
+    };
+    assert_eq!(e.key, "sink[0].window_messages");
+}

@@ -345,6 +345,20 @@ fn validate_mqtt(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
         });
         topic_name(sample).map_err(|e| problem(key("will.topic"), e))?;
     }
+    if let Some(b) = &m.birth {
+        if b.qos > 2 {
+            return Err(problem(
+                key("birth.qos"),
+                format!("{} is not 0, 1 or 2", b.qos),
+            ));
+        }
+        let sample = b.topic.render(Place {
+            sink: &sink.name,
+            shard: 0,
+            conn: 0,
+        });
+        topic_name(sample).map_err(|e| problem(key("birth.topic"), e))?;
+    }
     if m.keep_alive.0.as_secs() > u64::from(u16::MAX) {
         return Err(problem(key("keep_alive"), "must be at most 65535 s"));
     }

@@ -9,6 +9,7 @@ use tracing::{info, warn};
 use super::{Action, Flow, IggyPlan, PartitionId, Phase};
 use crate::config::StartFrom;
 use crate::error::{EngineError, ErrorClass};
+use crate::units::Rounded;
 
 /// Where the link to the source is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +63,7 @@ impl Flow {
         if matches!(was, LinkState::Up { ready: true }) {
             warn!(sink = %self.cfg.name, "lost the Iggy connection: {}", error.message);
         } else {
-            warn!(sink = %self.cfg.name, "Iggy unavailable, retrying in {wait:?}: {}", error.message);
+            warn!(sink = %self.cfg.name, "Iggy unavailable, retrying in {}: {}", Rounded(wait), error.message);
         }
     }
 

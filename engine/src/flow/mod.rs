@@ -560,9 +560,7 @@ impl Flow {
             return Action::Wait { until: now };
         };
         self.release_budget();
-        if let Err(e) = &result {
-            warn!(sink = %self.cfg.name, "stopped: {}", e.message);
-        }
+        // An error is the runner's result: the control thread logs it, once.
         Action::Stop(result)
     }
 

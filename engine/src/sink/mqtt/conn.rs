@@ -36,6 +36,7 @@ use crate::config::{ErrorPolicy, MqttSinkConfig, MqttVersion};
 use crate::sink::Acks;
 use crate::template::name::Place;
 use crate::template::topic::topic_name;
+use crate::units::Rounded;
 
 /// The most bytes gathered into one vectored write.
 const MAX_WRITE: usize = 1 << 20;
@@ -53,6 +54,22 @@ pub struct Token {
     pub kept: Option<Box<Kept>>,
     /// This is the dead letter of the message: its failure is final.
     pub dead_letter: bool,
+    /// A status message of the connection (the birth message, or the will published at a
+    /// controlled shutdown): no Iggy offset stands behind it.
+    pub status: bool,
+}
+
+impl Token {
+    /// The token of a status message: its slot matches no partition.
+    fn status() -> Token {
+        Token {
+            slot: usize::MAX,
+            offset: 0,
+            kept: None,
+            dead_letter: false,
+            status: true,
+        }
+    }
 }
 
 /// A message waiting for the connection.
@@ -98,6 +115,14 @@ impl Ctx {
 
     /// A message the broker (or the session) will not take: the error policy decides.
     pub fn reject(&self, link: &Link, token: Token, reason: String, code: Option<ReasonCode>) {
+        if token.status {
+            warn!(
+                sink = %self.sink,
+                conn = link.index,
+                "the birth message (sink.mqtt.birth) was not taken: {reason}"
+            );
+            return;
+        }
         if token.dead_letter {
             self.acks.fail(
                 token.slot,
@@ -129,6 +154,7 @@ impl Ctx {
                     offset: token.offset,
                     kept: None,
                     dead_letter: true,
+                    status: false,
                 },
             });
             link.wake();
@@ -299,7 +325,11 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
             .up_since
             .take()
             .map_or(Duration::ZERO, |since| since.elapsed());
-        link.tried.set(true);
+        // The connection that only clears an old session is not the first attempt: the one
+        // after it is (the sink waits for that one's outcome before it polls).
+        if !matches!(result, Ok(Closed::Cleared)) {
+            link.tried.set(true);
+        }
         // Everything not confirmed goes again on the next connection (the session keeps
         // QoS 1/2 messages); QoS 0 messages not written are polled again.
         lost(&ctx, &link);
@@ -311,7 +341,7 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
                 continue;
             }
             Err(e) if e.fatal => {
-                warn!(sink = %ctx.sink, conn = link.index, "{}", e.message);
+                // The engine logs it once, as the reason it stops.
                 ctx.set_fatal(e.message);
                 break;
             }
@@ -322,10 +352,10 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
                 warn!(
                     sink = %ctx.sink,
                     conn = link.index,
-                    "MQTT connection to {}: {}; reconnecting in about {:?}",
+                    "MQTT connection to {}: {}; reconnecting in about {}",
                     cfg.address,
                     e.message,
-                    backoff
+                    Rounded(backoff)
                 );
             }
         }
@@ -368,7 +398,7 @@ fn lost(ctx: &Ctx, link: &Link) {
         return;
     }
     let mut from: Vec<(usize, u64)> = Vec::new();
-    for t in unwritten {
+    for t in unwritten.into_iter().filter(|t| !t.status) {
         match from.iter_mut().find(|(s, _)| *s == t.slot) {
             Some((_, o)) => *o = (*o).min(t.offset),
             None => from.push((t.slot, t.offset)),
@@ -484,6 +514,50 @@ fn connect_packet(ctx: &Ctx, link: &Link, clean: bool) -> Result<Connect, Connec
         });
     }
     Ok(c)
+}
+
+/// The place of this connection, for the name templates.
+fn place<'a>(ctx: &'a Ctx, link: &Link) -> Place<'a> {
+    Place {
+        sink: &ctx.sink,
+        shard: ctx.shard,
+        conn: link.index,
+    }
+}
+
+/// After CONNACK: the birth message goes first in the queue (ahead of new messages; what the
+/// session re-sends goes out before it). A birth still queued from a connection that ended
+/// before writing it is dropped: one per connection.
+fn queue_birth(ctx: &Ctx, link: &Link) -> Result<(), ConnectError> {
+    let Some(b) = &ctx.cfg.birth else {
+        return Ok(());
+    };
+    let topic = topic_name(b.topic.render(place(ctx, link))).map_err(|e| ConnectError {
+        fatal: true,
+        message: format!("mqtt.birth.topic: {e}"),
+    })?;
+    let mut publish = Publish::new(topic, Bytes::copy_from_slice(b.payload.as_bytes()));
+    publish.qos = QoS::from_u8(b.qos).unwrap_or(QoS::AtMostOnce);
+    publish.retain = b.retain;
+    let mut queue = link.queue.borrow_mut();
+    queue.retain(|i| !i.token.status);
+    queue.push_front(Item {
+        publish,
+        token: Token::status(),
+    });
+    Ok(())
+}
+
+/// At a controlled shutdown of a sink with both a birth message and a will: the will as a
+/// message (QoS 0, its retain flag), so the status topic does not keep saying online.
+fn shutdown_will(ctx: &Ctx, link: &Link) -> Option<Publish> {
+    let (Some(_), Some(w)) = (&ctx.cfg.birth, &ctx.cfg.will) else {
+        return None;
+    };
+    let topic = topic_name(w.topic.render(place(ctx, link))).ok()?;
+    let mut publish = Publish::new(topic, Bytes::copy_from_slice(w.payload.as_bytes()));
+    publish.retain = w.retain;
+    Some(publish)
 }
 
 async fn read_more<R: AsyncReadRent>(r: &mut R, buf: &mut BytesMut) -> io::Result<()> {
@@ -631,6 +705,7 @@ where
     link.up.set(true);
     link.up_since.set(Some(Instant::now()));
     link.tried.set(true);
+    queue_birth(ctx, link)?;
     info!(
         sink = %ctx.sink,
         conn = link.index,
@@ -883,7 +958,15 @@ fn process(ctx: &Ctx, link: &Link, buf: &mut BytesMut) -> Result<usize, String> 
                 };
                 match event {
                     Ok(Some(Event::Completed(c))) => {
-                        if c.is_success() {
+                        if c.token.status {
+                            if !c.is_success() {
+                                rejected.push((
+                                    c.token,
+                                    format!("reason {:#04x} ({})", c.reason.0, c.reason.name()),
+                                    c.reason,
+                                ));
+                            }
+                        } else if c.is_success() {
                             run.push(&ctx.acks, c.token.slot, c.token.offset);
                         } else {
                             let ack = if c.qos == QoS::AtLeastOnce {
@@ -1053,11 +1136,24 @@ async fn write_loop<W: AsyncWriteRent>(
         };
         if let Work::Disconnect = work {
             let mut out = link.out.borrow_mut();
-            let _ = link.session.borrow_mut().disconnect(
-                Disconnect::default(),
-                &mut out,
-                Instant::now(),
-            );
+            let mut session = link.session.borrow_mut();
+            let mut disconnect = Disconnect::default();
+            if let Some(will) = shutdown_will(ctx, link) {
+                match session.protocol() {
+                    // Disconnect with Will Message (MQTT 5 §3.14.2.1): the broker publishes it.
+                    Protocol::V5 => disconnect.reason = ReasonCode(0x04),
+                    // 3.1.1 has no such DISCONNECT: publish the will's message here, at QoS 0
+                    // (nothing waits for its acknowledgement), just before DISCONNECT.
+                    Protocol::V311 => {
+                        if let Ok(Sent::AtMostOnce(t)) =
+                            session.publish(will, Token::status(), &mut out, Instant::now())
+                        {
+                            link.qos0.borrow_mut().push(t);
+                        }
+                    }
+                }
+            }
+            let _ = session.disconnect(disconnect, &mut out, Instant::now());
         }
         let written = std::mem::take(&mut *link.qos0.borrow_mut());
         if let Err(e) = write_out(&mut w, link, &mut chunks, limit).await {
@@ -1066,7 +1162,7 @@ async fn write_loop<W: AsyncWriteRent>(
             return Err(e.to_string());
         }
         let mut run = Run::default();
-        for t in written {
+        for t in written.into_iter().filter(|t| !t.status) {
             run.push(&ctx.acks, t.slot, t.offset);
         }
         run.flush(&ctx.acks);

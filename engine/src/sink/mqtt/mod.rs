@@ -163,14 +163,7 @@ impl Sink for MqttSink {
             self.stop_links();
             return Err(e);
         }
-        for l in self.links.iter().filter(|l| !l.up.get()) {
-            warn!(
-                sink = %self.ctx.sink,
-                conn = l.index,
-                "not connected to the MQTT broker {} yet; retrying in the background",
-                self.ctx.cfg.address
-            );
-        }
+        // A connection that is not up yet has said why (and that it reconnects) itself.
         Ok(())
     }
 
@@ -197,6 +190,7 @@ impl Sink for MqttSink {
                     offset,
                     kept,
                     dead_letter: false,
+                    status: false,
                 };
                 match shaped {
                     Ok(publish) => queue.push_back(Item { publish, token }),

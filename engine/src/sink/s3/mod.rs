@@ -40,6 +40,7 @@ use super::{Acks, Sink, SinkError, SinkStatus};
 use crate::config::{ChecksumKind, ErrorPolicy, OnShutdown, S3SinkConfig, SinkConfig, SseKind};
 use crate::message::{Batch, Message, PartitionInfo};
 use crate::template::key::{self, KeyInput};
+use crate::units::Rounded;
 
 /// Logs the attempts the S3 client retries: a store too slow for its deadline by name (a WARN,
 /// at most one in 10 s, with how many more), the rest at debug level (the object's own failure,
@@ -931,7 +932,8 @@ impl Finisher {
             sink = %self.sink,
             partition,
             first_offset = first,
-            "S3 upload failed, its {count} messages stay unconfirmed and are written again in about {wait:?}: {}",
+            "S3 upload failed, its {count} messages stay unconfirmed and are written again in about {}: {}",
+            Rounded(wait),
             error.text
         );
         self.acks.redeliver_at(slot, first, Instant::now() + wait);
