@@ -7,6 +7,7 @@
 #   - linux-perf (Debian package): `perf`, for the flame graphs of the bench's s3-sink scenario
 #     (the bench smoke run draws them; without perf it says so and goes on)
 #   - the nightly toolchain and cargo-fuzz 0.13.2 (cargo): the fuzz targets the tests build and run
+#   - cargo-deb 3.8.0 (cargo): builds the .deb (scripts/package.sh), which the tests check
 set -euo pipefail
 
 need_apt=()
@@ -44,4 +45,10 @@ if ! (command -v cargo-fuzz >/dev/null 2>&1 && cargo fuzz --version 2>/dev/null 
   cargo install "cargo-fuzz@$CARGO_FUZZ_VERSION" --locked
 fi
 
-echo "setup: mosquitto $(mosquitto -h 2>/dev/null | head -n1 | awk '{print $3}'), s3s-fs $S3S_VERSION, cargo-fuzz $CARGO_FUZZ_VERSION ready"
+CARGO_DEB_VERSION="3.8.0"
+if ! (command -v cargo-deb >/dev/null 2>&1 && cargo deb --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"); then
+  echo "setup: installing cargo-deb $CARGO_DEB_VERSION (cargo install, a few minutes the first time)"
+  cargo install "cargo-deb@$CARGO_DEB_VERSION" --locked
+fi
+
+echo "setup: mosquitto $(mosquitto -h 2>/dev/null | head -n1 | awk '{print $3}'), s3s-fs $S3S_VERSION, cargo-fuzz $CARGO_FUZZ_VERSION, cargo-deb $CARGO_DEB_VERSION ready"

@@ -28,6 +28,9 @@ cargo build --release --locked -p spillway --bin spillway
 cargo run --release --locked -p spillway-bench --no-default-features -- all --quick
 test -s target/bench/report.md && test -s target/bench/report.json
 
+echo "== the .deb: built with cargo-deb, its contents checked (and, as root, installed and purged)"
+if [ "$(id -u)" -eq 0 ]; then ./scripts/package.sh --install; else ./scripts/package.sh; fi
+
 echo "== fuzz targets: build every one (nightly, overflow checks on), run each for 30 s"
 ./scripts/fuzz.sh run 30
 
