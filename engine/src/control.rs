@@ -195,7 +195,11 @@ pub fn run_until_end(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> Ru
     let mut hard_deadline: Option<Instant> = None;
     let log_every = config.metrics.log_interval.0;
     let mut next_log = Instant::now() + log_every;
-    let mut last_totals = (Instant::now(), 0u64, 0u64);
+    let mut last_totals = Last::start();
+    let has_s3 = config
+        .sinks
+        .iter()
+        .any(|s| s.kind == crate::config::SinkType::S3);
     let shutdown_timeout = config.runtime.shutdown_timeout.0;
     let mut page_stale = false;
     let mut next_page = Instant::now();
@@ -300,7 +304,7 @@ pub fn run_until_end(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> Ru
         }
         if !log_every.is_zero() && now >= next_log {
             next_log = now + log_every;
-            last_totals = progress(&mut merged, last_totals);
+            last_totals = progress(&mut merged, last_totals, has_s3);
         }
         if finished.iter().all(|f| *f) {
             break;
@@ -353,22 +357,66 @@ fn watch_signals(counter: Arc<AtomicUsize>, control: std::thread::Thread) -> std
     Ok(())
 }
 
-fn progress(merged: &mut Merged, last: (Instant, u64, u64)) -> (Instant, u64, u64) {
+/// The totals at the previous progress line.
+#[derive(Debug, Clone, Copy)]
+struct Last {
+    at: Instant,
+    confirmed: u64,
+    bytes: u64,
+    encoded: u64,
+    uploaded: u64,
+}
+
+impl Last {
+    fn start() -> Last {
+        Last {
+            at: Instant::now(),
+            confirmed: 0,
+            bytes: 0,
+            encoded: 0,
+            uploaded: 0,
+        }
+    }
+}
+
+fn progress(merged: &mut Merged, last: Last, s3: bool) -> Last {
     let now = Instant::now();
     let totals = merged.totals();
-    let confirmed: u64 = totals.iter().map(|t| t.0.confirmed).sum();
-    let bytes: u64 = totals.iter().map(|t| t.0.confirmed_bytes).sum();
+    let sum = |f: fn(&SinkCounters) -> u64| totals.iter().map(|t| f(&t.0)).sum::<u64>();
+    let next = Last {
+        at: now,
+        confirmed: sum(|c| c.confirmed),
+        bytes: sum(|c| c.confirmed_bytes),
+        encoded: sum(|c| c.sink_encoded_bytes),
+        uploaded: sum(|c| c.sink_uploaded_bytes),
+    };
     let in_flight: u64 = totals.iter().map(|t| t.1).sum();
     let lag: u64 = totals.iter().map(|t| t.2).sum();
-    let secs = now.duration_since(last.0).as_secs_f64().max(1e-3);
-    let rate = (confirmed - last.1.min(confirmed)) as f64 / secs;
-    let mbps = (bytes - last.2.min(bytes)) as f64 / secs / 1e6;
+    let secs = now.duration_since(last.at).as_secs_f64().max(1e-3);
+    let per_sec = |now: u64, then: u64| (now - then.min(now)) as f64 / secs;
+    let rate = per_sec(next.confirmed, last.confirmed);
+    let mbps = per_sec(next.bytes, last.bytes) / 1e6;
     let p99 = merged.window.value_at_quantile(0.99) as f64 / 1e3;
     merged.window.reset();
-    info!(
-        "progress: {rate:.0} msgs/s, {mbps:.2} MB/s, in flight {in_flight}, confirmed {confirmed}, lag {lag}, p99 {p99:.2} ms"
-    );
-    (now, confirmed, bytes)
+    let confirmed = next.confirmed;
+    if s3 {
+        // An S3 sink confirms a whole object at once: between completions the figures above
+        // stay at 0 while data moves, so say what it encodes and uploads meanwhile.
+        let open = sum(|c| c.sink_objects_open);
+        let buffered = sum(|c| c.sink_buffered_bytes) as f64 / 1e6;
+        let encoded = per_sec(next.encoded, last.encoded) / 1e6;
+        let uploaded = per_sec(next.uploaded, last.uploaded) / 1e6;
+        info!(
+            "progress: {rate:.0} msgs/s, {mbps:.2} MB/s confirmed, in flight {in_flight}, \
+             confirmed {confirmed}, lag {lag}, p99 {p99:.2} ms; S3: encoded {encoded:.2} MB/s, \
+             uploaded {uploaded:.2} MB/s, {open} objects open, {buffered:.1} MB buffered"
+        );
+    } else {
+        info!(
+            "progress: {rate:.0} msgs/s, {mbps:.2} MB/s, in flight {in_flight}, confirmed {confirmed}, lag {lag}, p99 {p99:.2} ms"
+        );
+    }
+    next
 }
 
 fn summary(merged: &Merged) {

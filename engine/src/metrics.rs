@@ -56,6 +56,14 @@ pub struct SinkCounters {
     pub sink_in_flight_peak: u64,
     /// Most bytes the sink held at once (S3: encoded output waiting or uploading).
     pub sink_buffered_peak: u64,
+    /// S3: output bytes encoded so far.
+    pub sink_encoded_bytes: u64,
+    /// S3: body bytes the store answered with success so far.
+    pub sink_uploaded_bytes: u64,
+    /// S3: objects open now (a gauge).
+    pub sink_objects_open: u64,
+    /// S3: bytes held now (a gauge).
+    pub sink_buffered_bytes: u64,
 }
 
 /// One partition of one sink on one shard.
@@ -261,7 +269,7 @@ impl Merged {
     pub fn prometheus(&self) -> String {
         let mut out = String::with_capacity(4096);
         type Counter = (&'static str, &'static str, fn(&SinkCounters) -> u64);
-        let counters: [Counter; 14] = [
+        let counters: [Counter; 16] = [
             (
                 "spillway_messages_in_total",
                 "Messages polled from the source.",
@@ -332,6 +340,16 @@ impl Merged {
                 "Requests the sink sent to its destination, retries included (S3).",
                 |c| c.sink_requests,
             ),
+            (
+                "spillway_sink_encoded_bytes_total",
+                "Output bytes a sink encoded (S3: objects before upload).",
+                |c| c.sink_encoded_bytes,
+            ),
+            (
+                "spillway_sink_uploaded_bytes_total",
+                "Body bytes the destination answered with success (S3: parts, objects, markers).",
+                |c| c.sink_uploaded_bytes,
+            ),
         ];
         for (name, help, get) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
@@ -386,6 +404,31 @@ impl Merged {
                     self.name(r.sink),
                     r.counters.sink_buffered_peak
                 );
+            }
+        }
+        let sink_gauges: [Counter; 2] = [
+            (
+                "spillway_sink_objects_open",
+                "Objects a sink has open now (S3: being written or uploaded).",
+                |c| c.sink_objects_open,
+            ),
+            (
+                "spillway_sink_buffered_bytes",
+                "Bytes a sink holds now (S3: encoded output waiting or uploading).",
+                |c| c.sink_buffered_bytes,
+            ),
+        ];
+        for (name, help, get) in sink_gauges {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (shard, reports) in self.latest.iter().enumerate() {
+                for r in reports {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{shard=\"{shard}\",sink=\"{}\"}} {}",
+                        self.name(r.sink),
+                        get(&r.counters)
+                    );
+                }
             }
         }
         let gauges: [(&str, &str); 2] = [
@@ -485,6 +528,10 @@ fn add(into: &mut SinkCounters, c: &SinkCounters) {
     into.sink_requests += c.sink_requests;
     into.sink_in_flight_peak = into.sink_in_flight_peak.max(c.sink_in_flight_peak);
     into.sink_buffered_peak = into.sink_buffered_peak.max(c.sink_buffered_peak);
+    into.sink_encoded_bytes += c.sink_encoded_bytes;
+    into.sink_uploaded_bytes += c.sink_uploaded_bytes;
+    into.sink_objects_open += c.sink_objects_open;
+    into.sink_buffered_bytes += c.sink_buffered_bytes;
 }
 
 fn escape(s: &str) -> String {

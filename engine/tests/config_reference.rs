@@ -29,6 +29,10 @@ enum Kind {
     Table,
 }
 
+/// Config tables whose keys are the user's own names (read as maps): the README documents
+/// each as one row, not key by key.
+const FREE_TABLES: [&str; 2] = ["sink.s3.user_metadata", "sink.s3.tags"];
+
 /// What the probe found at the end of its route. It travels as the deserializer's error: that is
 /// how it gets back out through the derived code, which passes errors on unchanged.
 #[derive(Debug)]
@@ -198,6 +202,10 @@ fn code_keys() -> BTreeMap<String, Kind> {
                 }
             }
             Found::Value => {
+                keys.insert(route.join("."), Kind::Value);
+            }
+            // Tables whose keys the user chooses (S3 user metadata and tags): one row each.
+            Found::Unsupported(_) if FREE_TABLES.contains(&route.join(".").as_str()) => {
                 keys.insert(route.join("."), Kind::Value);
             }
             Found::Unsupported(why) => panic!(

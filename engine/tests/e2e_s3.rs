@@ -764,3 +764,189 @@ fn objects_that_fit_one_part_are_one_put_object_each_and_never_pass_the_limit() 
         .count();
     assert_eq!(puts, data.len(), "one PutObject per object");
 }
+
+/// The object options from config, checked on the requests the store gets (the harness's fault
+/// proxy, passing everything, records each request head; s3s-fs checks every signature, and the
+/// headers are signed): SSE-C with the key from an environment variable on every request that
+/// writes or reads an object (CreateMultipartUpload, each UploadPart, PutObject, the marker's
+/// PUT and its GET at start), the canned ACL and the templated user metadata and tags where an
+/// object is created, Content-MD5 on every body. One multipart object (8 MB) and one PutObject.
+/// A key that is not set stops the run with exit 2 naming the key, never a value.
+#[test]
+fn object_options_from_config_are_on_the_requests_the_store_gets() {
+    use base64::Engine as _;
+    use spillway_tests::{FaultPlan, FaultProxy, TestMessage};
+    let s3 = S3Server::start().unwrap();
+    let proxy = FaultProxy::start(s3.addr(), FaultPlan::passthrough()).unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3opts", 1);
+    let big: Vec<TestMessage> = (0..8000u64)
+        .map(|n| {
+            TestMessage::new(u128::from(n) + 1, format!("{n:01000}").into_bytes())
+                .with_header("region", "eu west")
+        })
+        .collect();
+    common::send_all(&mut admin, &t, 0, &big);
+    let key = [7u8; 32];
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key_b64 = b64.encode(key);
+    let key_md5 = b64.encode(<md5::Md5 as md5::Digest>::digest(key));
+    let options = "idle_flush = \"500ms\"\ncontent_md5 = true\nsse = \"customer\"\n\
+                   sse_customer_key_env = \"TEST_SSE_KEY\"\nacl = \"bucket-owner-full-control\"\n\
+                   [sink.s3.user_metadata]\nteam = \"ingest\"\nsource = \"{stream}/{topic}#{partition}\"\n\
+                   [sink.s3.tags]\nregion = \"{header.region}\"\nday = \"{date}\"";
+    let cfg = engine_sections(&iggy).replace("log_interval = \"0s\"", "log_interval = \"100ms\"")
+        + &s3_sink("opts", &t, &s3, options)
+            .replace(&s3.endpoint(), &format!("http://{}", proxy.host_port()));
+    let dir = tempfile::tempdir().unwrap();
+
+    // Without the key's variable: exit 2, the key named.
+    let mut engine = Engine::start(dir.path(), "opts-nokey", &cfg);
+    assert_eq!(
+        wait_exit_code(&mut engine, LONG),
+        Some(2),
+        "{}",
+        engine.log()
+    );
+    let log = engine.log();
+    assert!(
+        log.contains("s3.sse_customer_key_env") && log.contains("TEST_SSE_KEY is not set"),
+        "{log}"
+    );
+    assert!(proxy.requests().is_empty(), "nothing sent without the key");
+
+    let mut engine = Engine::start_with_env(
+        dir.path(),
+        "opts",
+        &cfg,
+        &[("TEST_SSE_KEY", key_b64.as_str())],
+    );
+    wait_stored(&mut engine, &mut admin, &t, "opts", 7999, LONG);
+    let small: Vec<TestMessage> = (8000..8010u64)
+        .map(|n| TestMessage::new(u128::from(n) + 1, "{}").with_header("region", "eu west"))
+        .collect();
+    common::send_all(&mut admin, &t, 0, &small);
+    wait_stored(&mut engine, &mut admin, &t, "opts", 8009, LONG);
+    stop_clean(&mut engine, Duration::from_secs(30));
+    let log = engine.log();
+    assert!(!log.contains(&key_b64), "the key is never logged");
+    // The progress line (every 100 ms here) shows the bytes moving while nothing is confirmed
+    // yet: the first 8 MiB part is uploaded before the object closes (idle_flush).
+    let moving = log.lines().filter(|l| l.contains("progress:")).any(|l| {
+        let figure = |after: &str| {
+            l.split(after)
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        l.contains("confirmed 0,")
+            && l.contains("1 objects open")
+            && figure("uploaded ").is_some_and(|v| v > 0.0)
+    });
+    assert!(
+        moving,
+        "no progress line showed the upload before the first confirmation:\n{log}"
+    );
+
+    let requests = proxy.requests();
+    let header = |r: &spillway_tests::RequestHead, name: &str| {
+        r.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let data_key = |r: &spillway_tests::RequestHead| !r.target.contains(".spillway");
+    let create: Vec<_> = requests
+        .iter()
+        .filter(|r| r.method == "POST" && r.target.contains("?uploads"))
+        .collect();
+    let parts: Vec<_> = requests
+        .iter()
+        .filter(|r| r.method == "PUT" && r.target.contains("partNumber="))
+        .collect();
+    let puts: Vec<_> = requests
+        .iter()
+        .filter(|r| r.method == "PUT" && !r.target.contains('?'))
+        .collect();
+    let objects_put: Vec<_> = puts.iter().filter(|r| data_key(r)).collect();
+    let markers_put: Vec<_> = puts.iter().filter(|r| !data_key(r)).collect();
+    let marker_get: Vec<_> = requests
+        .iter()
+        .filter(|r| r.method == "GET" && r.target.contains(".spillway"))
+        .collect();
+    assert_eq!(create.len(), 1, "one multipart object: {requests:#?}");
+    assert!(parts.len() >= 2, "{requests:#?}");
+    assert_eq!(objects_put.len(), 1, "one PutObject: {requests:#?}");
+    assert!(!markers_put.is_empty() && !marker_get.is_empty());
+
+    // SSE-C on everything that writes or reads an object.
+    for r in create
+        .iter()
+        .copied()
+        .chain(parts.iter().copied())
+        .chain(puts.iter().copied())
+        .chain(marker_get.iter().copied())
+    {
+        let at = format!("{} {}", r.method, r.target);
+        assert_eq!(
+            header(r, "x-amz-server-side-encryption-customer-algorithm").as_deref(),
+            Some("AES256"),
+            "{at}"
+        );
+        assert_eq!(
+            header(r, "x-amz-server-side-encryption-customer-key").as_deref(),
+            Some(key_b64.as_str()),
+            "{at}"
+        );
+        assert_eq!(
+            header(r, "x-amz-server-side-encryption-customer-key-md5").as_deref(),
+            Some(key_md5.as_str()),
+            "{at}"
+        );
+    }
+    // Content-MD5 on every body.
+    for r in parts.iter().chain(puts.iter()) {
+        assert!(
+            header(r, "content-md5").is_some(),
+            "{} {}",
+            r.method,
+            r.target
+        );
+    }
+    // ACL, metadata and tags where an object is created; the marker gets the ACL only.
+    let stream_topic = format!("{}/{}#0", t.stream, t.topic);
+    for r in create
+        .iter()
+        .copied()
+        .chain(objects_put.iter().map(|r| **r))
+    {
+        let at = format!("{} {}", r.method, r.target);
+        assert_eq!(
+            header(r, "x-amz-acl").as_deref(),
+            Some("bucket-owner-full-control"),
+            "{at}"
+        );
+        assert_eq!(
+            header(r, "x-amz-meta-team").as_deref(),
+            Some("ingest"),
+            "{at}"
+        );
+        assert_eq!(
+            header(r, "x-amz-meta-source").as_deref(),
+            Some(stream_topic.as_str()),
+            "{at}"
+        );
+        assert!(header(r, "x-amz-meta-first-offset").is_some(), "{at}");
+        let tagging = header(r, "x-amz-tagging").unwrap_or_default();
+        assert!(tagging.starts_with("day=20"), "{at}: {tagging}");
+        assert!(tagging.ends_with("&region=eu%20west"), "{at}: {tagging}");
+    }
+    for r in &markers_put {
+        assert_eq!(
+            header(r, "x-amz-acl").as_deref(),
+            Some("bucket-owner-full-control")
+        );
+        assert!(header(r, "x-amz-tagging").is_none());
+    }
+}

@@ -49,6 +49,9 @@ pub struct ClientStats {
     pub attempts: u64,
     /// Attempts that were retries.
     pub retries: u64,
+    /// Body bytes of the requests the store answered with success (uploaded parts and
+    /// objects, markers).
+    pub body_bytes: u64,
 }
 
 /// A clock, so that tests can sign at fixed times.
@@ -152,7 +155,12 @@ impl S3Client {
             self.stats.set(stats);
             let err = match self.transport.send(&self.target, &signed).await {
                 Ok(resp) => match parse(resp) {
-                    Ok(v) => return Ok(v),
+                    Ok(v) => {
+                        let mut stats = self.stats.get();
+                        stats.body_bytes += req.body.len();
+                        self.stats.set(stats);
+                        return Ok(v);
+                    }
                     Err(e) => e,
                 },
                 Err(e) => Error::Transport(e),

@@ -23,7 +23,8 @@ pub use mqtt::{
     WillConfig, password_env,
 };
 pub use s3::{
-    ChecksumKind, Compression, Format, FormatOptions, Framing, OnShutdown, S3SinkConfig, SseKind,
+    AclKind, ChecksumKind, Compression, Format, FormatOptions, Framing, OnShutdown, S3SinkConfig,
+    SseKind,
 };
 pub use secret::Secret;
 

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use spillway_s3::endpoint::{AddressingStyle, Endpoint};
 
 use super::{PayloadEncoding, Secret};
-use crate::template::key::{KeyTemplate, KeyZone};
+use crate::template::key::{KeyTemplate, KeyZone, ValueTemplate};
 use crate::units::{ByteSize, Dur};
 
 /// Record format of objects.
@@ -151,7 +151,41 @@ pub enum SseKind {
     S3,
     /// SSE-KMS (`aws:kms`), with `sse_kms_key_id` or the bucket's default key.
     Kms,
+    /// SSE-C: a 256-bit key of the user's, from `sse_customer_key_file` or the environment
+    /// variable `sse_customer_key_env` (never inline); every request that writes or reads an
+    /// object carries it, and the store keeps only its MD5.
+    Customer,
 }
+
+/// A canned ACL (`x-amz-acl`) for every object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AclKind {
+    /// `private`.
+    Private,
+    /// `public-read`.
+    PublicRead,
+    /// `public-read-write`.
+    PublicReadWrite,
+    /// `authenticated-read`.
+    AuthenticatedRead,
+    /// `aws-exec-read`.
+    AwsExecRead,
+    /// `bucket-owner-read`.
+    BucketOwnerRead,
+    /// `bucket-owner-full-control`.
+    BucketOwnerFullControl,
+}
+
+/// The user metadata names the sink sets itself on every object.
+pub const OWN_METADATA: [&str; 6] = [
+    "stream",
+    "topic",
+    "partition",
+    "first-offset",
+    "last-offset",
+    "messages",
+];
 
 /// `[sink.s3]`.
 #[derive(Clone, Deserialize)]
@@ -238,6 +272,21 @@ pub struct S3SinkConfig {
     pub sse: Option<SseKind>,
     /// KMS key for `sse = "kms"`.
     pub sse_kms_key_id: Option<String>,
+    /// `sse = "customer"`: a file holding the 256-bit key, as 32 bytes or their base64.
+    pub sse_customer_key_file: Option<std::path::PathBuf>,
+    /// `sse = "customer"`: the environment variable holding the key's base64.
+    pub sse_customer_key_env: Option<String>,
+    /// A canned ACL for every object (`x-amz-acl`): `private`, `bucket-owner-full-control`, …
+    pub acl: Option<AclKind>,
+    /// User metadata on every object (`x-amz-meta-NAME`), besides the sink's own (stream,
+    /// topic, partition, offsets): name = value, each value static or a template of the
+    /// object's partition and first message (`{stream}`, `{topic}`, `{partition}`, `{date}`,
+    /// `{hour}`, `{minute}`, `{timestamp}`, `{first_offset}`, `{header.NAME}`, `{ext}`).
+    #[serde(default)]
+    pub user_metadata: std::collections::BTreeMap<String, ValueTemplate>,
+    /// Tags on every object (`x-amz-tagging`; at most 10), values as in `user_metadata`.
+    #[serde(default)]
+    pub tags: std::collections::BTreeMap<String, ValueTemplate>,
     /// Attempts per S3 request (with full-jitter backoff from 100 ms up to 20 s) before the
     /// object counts as failed.
     #[serde(default = "defaults::request_attempts")]
@@ -273,6 +322,72 @@ pub struct S3SinkConfig {
 }
 
 impl S3SinkConfig {
+    /// The SSE-C key of `sse = "customer"`, from its file or its environment variable (read
+    /// through `env`); `None` for other `sse`. A problem names the key and never the value.
+    pub fn customer_key(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<[u8; 32]>, (String, String)> {
+        use base64::Engine as _;
+        if self.sse != Some(SseKind::Customer) {
+            return Ok(None);
+        }
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let decode = |text: &[u8]| -> Option<[u8; 32]> {
+            let text = std::str::from_utf8(text).ok()?.trim();
+            b64.decode(text).ok()?.try_into().ok()
+        };
+        match (&self.sse_customer_key_file, &self.sse_customer_key_env) {
+            (Some(path), None) => {
+                let bytes = std::fs::read(path).map_err(|e| {
+                    (
+                        "sse_customer_key_file".to_owned(),
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                let raw: Option<[u8; 32]> = bytes.as_slice().try_into().ok();
+                raw.or_else(|| decode(&bytes)).map(Some).ok_or_else(|| {
+                    (
+                        "sse_customer_key_file".to_owned(),
+                        format!(
+                            "{} holds {} bytes: give the 256-bit key as 32 bytes or as their \
+                             base64 (44 characters)",
+                            path.display(),
+                            bytes.len()
+                        ),
+                    )
+                })
+            }
+            (None, Some(var)) => {
+                let value = env(var).ok_or_else(|| {
+                    (
+                        "sse_customer_key_env".to_owned(),
+                        format!("the environment variable {var} is not set"),
+                    )
+                })?;
+                decode(value.as_bytes()).map(Some).ok_or_else(|| {
+                    (
+                        "sse_customer_key_env".to_owned(),
+                        format!(
+                            "the environment variable {var} is not the base64 of a 256-bit key \
+                             (32 bytes, 44 characters)"
+                        ),
+                    )
+                })
+            }
+            (Some(_), Some(_)) => Err((
+                "sse_customer_key_file".to_owned(),
+                "give sse_customer_key_file or sse_customer_key_env, not both".to_owned(),
+            )),
+            (None, None) => Err((
+                "sse".to_owned(),
+                "\"customer\" needs the key: set sse_customer_key_file or \
+                 sse_customer_key_env (a key is never written in the config)"
+                    .to_owned(),
+            )),
+        }
+    }
+
     /// The endpoint in `region`: the custom one (path-style unless told otherwise) or AWS.
     pub fn endpoint(&self, region: &str) -> Result<Endpoint, String> {
         let style = self.path_style.map(|p| {

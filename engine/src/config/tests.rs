@@ -443,3 +443,108 @@ fn env_variables_in_values_are_replaced_and_an_unset_one_names_its_key() {
     };
     assert_eq!(e.key, "sink[0].window_messages");
 }
+
+#[test]
+fn object_options_load_and_their_mistakes_name_the_key() {
+    let with = |extra: &str| format!("{S3}{extra}\n");
+    let c = parse_with(
+        &with(
+            "acl = \"bucket-owner-full-control\"\n[sink.s3.user_metadata]\nteam = \"a\"\n\
+             src = \"{stream}-{header.x}\"\n[sink.s3.tags]\nday = \"{date}\"",
+        ),
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let s = c.sinks[0]
+        .s3
+        .as_ref()
+        .unwrap_or_else(|| panic!("no [sink.s3]"));
+    assert_eq!(s.acl, Some(AclKind::BucketOwnerFullControl));
+    assert_eq!(s.user_metadata.len(), 2);
+    assert_eq!(s.tags.len(), 1);
+    let cases = [
+        (with("acl = \"world\""), "sink[0].s3.acl", "world"),
+        (
+            with("[sink.s3.user_metadata]\nstream = \"x\""),
+            "sink[0].s3.user_metadata.stream",
+            "sets \"stream\" itself",
+        ),
+        (
+            with("[sink.s3.user_metadata]\n\"a b\" = \"x\""),
+            "sink[0].s3.user_metadata.a b",
+            "HTTP token",
+        ),
+        (
+            with("[sink.s3.tags]\nend = \"{last_offset}\""),
+            "sink[0].s3.tags.end",
+            "last_offset",
+        ),
+        (
+            with("sse_customer_key_env = \"K\""),
+            "sink[0].s3.sse_customer_key_env",
+            "only for sse = \"customer\"",
+        ),
+        (
+            with(&format!(
+                "[sink.s3.tags]\n{}",
+                (0..11)
+                    .map(|i| format!("t{i} = \"v\"\n"))
+                    .collect::<String>()
+            )),
+            "sink[0].s3.tags",
+            "at most 10",
+        ),
+    ];
+    for (text, key, needle) in cases {
+        let e = error_of(&text);
+        assert_eq!(e.key, key, "{e}");
+        assert!(e.message.contains(needle), "{needle:?} not in: {e}");
+    }
+}
+
+#[test]
+fn the_sse_c_key_comes_from_a_file_or_a_variable_and_is_never_shown() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let raw = dir.path().join("raw.key");
+    let text = dir.path().join("b64.key");
+    let short = dir.path().join("short.key");
+    let write = |p: &Path, b: &[u8]| std::fs::write(p, b).unwrap_or_else(|e| panic!("{e}"));
+    write(&raw, &[9u8; 32]);
+    write(&text, format!("{}\n", b64.encode([5u8; 32])).as_bytes());
+    write(&short, b"not a key");
+    let load = |extra: String, env: &[(&str, &str)]| {
+        let c = parse_with(&format!("{S3}sse = \"customer\"\n{extra}\n"), &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let s = c.sinks[0].s3.clone().unwrap_or_else(|| panic!("no s3"));
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        s.customer_key(&move |n| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()))
+    };
+    let file = |p: &Path| format!("sse_customer_key_file = {:?}", p.display().to_string());
+    assert_eq!(load(file(&raw), &[]), Ok(Some([9u8; 32])));
+    assert_eq!(load(file(&text), &[]), Ok(Some([5u8; 32])));
+    let Err((key, msg)) = load(file(&short), &[]) else {
+        panic!("a 9-byte key was taken");
+    };
+    assert_eq!(key, "sse_customer_key_file");
+    assert!(
+        msg.contains("holds 9 bytes") && !msg.contains("not a key"),
+        "{msg}"
+    );
+    let var = "sse_customer_key_env = \"MY_KEY\"".to_owned();
+    let good = b64.encode([3u8; 32]);
+    assert_eq!(load(var.clone(), &[("MY_KEY", &good)]), Ok(Some([3u8; 32])));
+    let Err((key, msg)) = load(var.clone(), &[("MY_KEY", "c2hvcnQ=")]) else {
+        panic!("a short key was taken");
+    };
+    assert_eq!(key, "sse_customer_key_env");
+    assert!(msg.contains("MY_KEY") && !msg.contains("c2hvcnQ="), "{msg}");
+    let Err((key, _)) = load(String::new(), &[]) else {
+        panic!("sse = customer without a key was taken");
+    };
+    assert_eq!(key, "sse");
+}

@@ -589,6 +589,60 @@ fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
     if c.sse_kms_key_id.is_some() && c.sse != Some(super::SseKind::Kms) {
         return Err(problem(key("sse_kms_key_id"), "is only for sse = \"kms\""));
     }
+    for (k, set) in [
+        ("sse_customer_key_file", c.sse_customer_key_file.is_some()),
+        ("sse_customer_key_env", c.sse_customer_key_env.is_some()),
+    ] {
+        if set && c.sse != Some(super::SseKind::Customer) {
+            return Err(problem(key(k), "is only for sse = \"customer\""));
+        }
+    }
+    for name in c.user_metadata.keys() {
+        let token = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !token {
+            return Err(problem(
+                key(&format!("user_metadata.{name}")),
+                "a metadata name is letters, digits and - _ . (an HTTP token)",
+            ));
+        }
+        if super::s3::OWN_METADATA
+            .iter()
+            .any(|own| own.eq_ignore_ascii_case(name))
+        {
+            return Err(problem(
+                key(&format!("user_metadata.{name}")),
+                format!(
+                    "the sink sets {name:?} itself (with {}); choose another name",
+                    super::s3::OWN_METADATA.join(", ")
+                ),
+            ));
+        }
+    }
+    if c.tags.len() > spillway_s3::options::MAX_TAGS {
+        return Err(problem(
+            key("tags"),
+            format!(
+                "{} tags: S3 takes at most {}",
+                c.tags.len(),
+                spillway_s3::options::MAX_TAGS
+            ),
+        ));
+    }
+    for name in c.tags.keys() {
+        let chars = name.chars().count();
+        if chars == 0 || chars > spillway_s3::options::MAX_TAG_KEY_CHARS {
+            return Err(problem(
+                key(&format!("tags.{name}")),
+                format!(
+                    "a tag key is 1 to {} characters",
+                    spillway_s3::options::MAX_TAG_KEY_CHARS
+                ),
+            ));
+        }
+    }
     if c.length_prefix && c.format != super::Format::Raw {
         return Err(problem(
             key("length_prefix"),

@@ -482,6 +482,10 @@ impl Flow {
         stats.counters.sink_requests = status.requests;
         stats.counters.sink_in_flight_peak = status.in_flight_peak;
         stats.counters.sink_buffered_peak = status.buffered_peak;
+        stats.counters.sink_encoded_bytes = status.encoded_bytes;
+        stats.counters.sink_uploaded_bytes = status.uploaded_bytes;
+        stats.counters.sink_objects_open = status.objects_open;
+        stats.counters.sink_buffered_bytes = status.buffered_bytes;
     }
 
     // ------------------------------------------------------------------ actions

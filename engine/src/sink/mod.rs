@@ -289,6 +289,14 @@ pub struct SinkStatus {
     pub in_flight_peak: u64,
     /// Most bytes the sink held at once (encoded output waiting or uploading: S3).
     pub buffered_peak: u64,
+    /// S3: output bytes encoded so far.
+    pub encoded_bytes: u64,
+    /// S3: body bytes of requests the store answered with success so far.
+    pub uploaded_bytes: u64,
+    /// S3: objects open now (being written or uploaded).
+    pub objects_open: u64,
+    /// S3: bytes held now (encoded output waiting or uploading).
+    pub buffered_bytes: u64,
 }
 
 /// Every sink type, for static dispatch.

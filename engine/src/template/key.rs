@@ -93,51 +93,7 @@ impl KeyTemplate {
     ) -> Result<(), String> {
         out.clear();
         out.push_str(prefix);
-        let mut civil = None;
-        self.0.render_into(out, |field, out| {
-            match field {
-                Field::Named(Name::Stream) => escape_into(out, &input.partition.stream),
-                Field::Named(Name::Topic) => escape_into(out, &input.partition.topic),
-                Field::Named(Name::Partition) => {
-                    let _ = write!(out, "{}", input.partition.partition);
-                }
-                Field::Named(n @ (Name::Date | Name::Hour | Name::Minute)) => {
-                    let t = match civil {
-                        Some(t) => t,
-                        None => *civil.insert(zone.civil(input.first.timestamp)?),
-                    };
-                    let _ = match n {
-                        Name::Date => write!(out, "{:04}-{:02}-{:02}", t.year(), t.month(), t.day()),
-                        Name::Hour => write!(out, "{:02}", t.hour()),
-                        _ => write!(out, "{:02}", t.minute()),
-                    };
-                }
-                Field::Named(Name::Timestamp) => {
-                    let _ = write!(out, "{}", input.first.timestamp);
-                }
-                Field::Named(Name::FirstOffset) => {
-                    let _ = write!(out, "{:020}", input.first.offset);
-                }
-                Field::Named(Name::LastOffset) => match input.last_offset {
-                    Some(o) => {
-                        let _ = write!(out, "{o:020}");
-                    }
-                    None => return Err("the key needs {last_offset}, not known yet".to_owned()),
-                },
-                Field::Named(Name::Ext) => out.push_str(input.ext),
-                Field::Header(name) => match header(&input.first.headers, name) {
-                    Some(h) => escape_into(out, &h.value_string()),
-                    None => {
-                        return Err(format!(
-                            "the key template needs header {name:?}, which the object's first message (offset {}) does not have",
-                            input.first.offset
-                        ));
-                    }
-                },
-                Field::Named(_) | Field::Json(_) => {}
-            }
-            Ok(())
-        })?;
+        render_fields(&self.0, zone, input, out, true)?;
         if out.len() > MAX_KEY {
             return Err(format!(
                 "the key would be {} bytes, more than S3's {MAX_KEY}: {}…",
@@ -146,6 +102,114 @@ impl KeyTemplate {
             ));
         }
         Ok(())
+    }
+}
+
+/// Renders the fields of a key or value template for `input` into `out` (appended to);
+/// `escape`: percent-encode what comes from the data (keys), or take it as it is (values).
+fn render_fields(
+    t: &Template,
+    zone: &KeyZone,
+    input: &KeyInput<'_>,
+    out: &mut String,
+    escape: bool,
+) -> Result<(), String> {
+    let put = |out: &mut String, v: &str| {
+        if escape {
+            escape_into(out, v);
+        } else {
+            out.push_str(v);
+        }
+    };
+    let mut civil = None;
+    t.render_into(out, |field, out| {
+        match field {
+            Field::Named(Name::Stream) => put(out, &input.partition.stream),
+            Field::Named(Name::Topic) => put(out, &input.partition.topic),
+            Field::Named(Name::Partition) => {
+                let _ = write!(out, "{}", input.partition.partition);
+            }
+            Field::Named(n @ (Name::Date | Name::Hour | Name::Minute)) => {
+                let t = match civil {
+                    Some(t) => t,
+                    None => *civil.insert(zone.civil(input.first.timestamp)?),
+                };
+                let _ = match n {
+                    Name::Date => write!(out, "{:04}-{:02}-{:02}", t.year(), t.month(), t.day()),
+                    Name::Hour => write!(out, "{:02}", t.hour()),
+                    _ => write!(out, "{:02}", t.minute()),
+                };
+            }
+            Field::Named(Name::Timestamp) => {
+                let _ = write!(out, "{}", input.first.timestamp);
+            }
+            Field::Named(Name::FirstOffset) => {
+                let _ = write!(out, "{:020}", input.first.offset);
+            }
+            Field::Named(Name::LastOffset) => match input.last_offset {
+                Some(o) => {
+                    let _ = write!(out, "{o:020}");
+                }
+                None => return Err("the key needs {last_offset}, not known yet".to_owned()),
+            },
+            Field::Named(Name::Ext) => out.push_str(input.ext),
+            Field::Header(name) => match header(&input.first.headers, name) {
+                Some(h) => put(out, &h.value_string()),
+                None => {
+                    return Err(format!(
+                        "the template needs header {name:?}, which the object's first message (offset {}) does not have",
+                        input.first.offset
+                    ));
+                }
+            },
+            Field::Named(_) | Field::Json(_) => {}
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// What a value template (`s3.user_metadata`, `s3.tags`) takes: what a key takes but the last
+/// offset, which is not known when a multipart upload begins.
+pub const VALUE_VOCABULARY: Vocabulary = Vocabulary {
+    names: &[
+        ("stream", Name::Stream),
+        ("topic", Name::Topic),
+        ("partition", Name::Partition),
+        ("date", Name::Date),
+        ("hour", Name::Hour),
+        ("minute", Name::Minute),
+        ("timestamp", Name::Timestamp),
+        ("first_offset", Name::FirstOffset),
+        ("ext", Name::Ext),
+    ],
+    header: true,
+    json: false,
+};
+
+/// A user metadata or tag value of an object: static, or a template of the object's
+/// partition and first message, rendered as it is (not percent-encoded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueTemplate(Template);
+
+super::from_text!(ValueTemplate);
+
+impl ValueTemplate {
+    /// Parses `text`; an unknown placeholder is an error naming it.
+    pub fn parse(text: &str) -> Result<ValueTemplate, String> {
+        Template::parse(text, &VALUE_VOCABULARY).map(ValueTemplate)
+    }
+
+    /// The template itself.
+    pub fn template(&self) -> &Template {
+        &self.0
+    }
+
+    /// The value for the object `input` begins, dates in `zone`.
+    pub fn render(&self, zone: &KeyZone, input: &KeyInput<'_>) -> Result<String, String> {
+        let mut out = String::new();
+        render_fields(&self.0, zone, input, &mut out, false)?;
+        Ok(out)
     }
 }
 

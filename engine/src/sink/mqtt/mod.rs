@@ -250,6 +250,7 @@ impl Sink for MqttSink {
             buffered_peak: 0,
             retries: 0,
             requests: 0,
+            ..SinkStatus::default()
         }
     }
 }

@@ -31,15 +31,17 @@ use bytes::Bytes;
 use monoio::task::JoinHandle;
 use spillway_s3::client::{ClientConfig, S3Client};
 use spillway_s3::credentials::Credentials;
-use spillway_s3::options::{ObjectOptions, Sse};
+use spillway_s3::options::{CannedAcl, ObjectOptions, Sse};
 use spillway_s3::upload::{Gauge, ObjectWriter, UploadConfig};
 use tracing::{debug, info, warn};
 
 use self::format::{Encoder, FormatOptions};
 use super::{Acks, Sink, SinkError, SinkStatus};
-use crate::config::{ChecksumKind, ErrorPolicy, OnShutdown, S3SinkConfig, SinkConfig, SseKind};
+use crate::config::{
+    AclKind, ChecksumKind, ErrorPolicy, OnShutdown, S3SinkConfig, SinkConfig, SseKind,
+};
 use crate::message::{Batch, Message, PartitionInfo};
-use crate::template::key::{self, KeyInput};
+use crate::template::key::{self, KeyInput, ValueTemplate};
 use crate::units::Rounded;
 
 /// Logs the attempts the S3 client retries: a store too slow for its deadline by name (a WARN,
@@ -220,6 +222,8 @@ pub struct S3Sink {
     fatal: Option<String>,
     /// The epoch of the next partition writer.
     epochs: u64,
+    /// Output bytes the encoders made so far (before upload).
+    encoded: u64,
 }
 
 impl std::fmt::Debug for S3Sink {
@@ -247,14 +251,27 @@ fn checksum_of(c: &S3SinkConfig) -> spillway_s3::options::Checksum {
     }
 }
 
-fn sse_of(c: &S3SinkConfig) -> Option<Sse> {
-    match c.sse {
-        Some(SseKind::S3) => Some(Sse::S3),
-        Some(SseKind::Kms) => Some(Sse::Kms {
+fn sse_of(c: &S3SinkConfig, customer_key: Option<[u8; 32]>) -> Option<Sse> {
+    match (c.sse, customer_key) {
+        (Some(SseKind::S3), _) => Some(Sse::S3),
+        (Some(SseKind::Kms), _) => Some(Sse::Kms {
             key_id: c.sse_kms_key_id.clone(),
         }),
-        None => None,
+        (Some(SseKind::Customer), Some(key)) => Some(Sse::CustomerKey { key }),
+        (Some(SseKind::Customer), None) | (None, _) => None,
     }
+}
+
+fn acl_of(c: &S3SinkConfig) -> Option<CannedAcl> {
+    c.acl.map(|a| match a {
+        AclKind::Private => CannedAcl::Private,
+        AclKind::PublicRead => CannedAcl::PublicRead,
+        AclKind::PublicReadWrite => CannedAcl::PublicReadWrite,
+        AclKind::AuthenticatedRead => CannedAcl::AuthenticatedRead,
+        AclKind::AwsExecRead => CannedAcl::AwsExecRead,
+        AclKind::BucketOwnerRead => CannedAcl::BucketOwnerRead,
+        AclKind::BucketOwnerFullControl => CannedAcl::BucketOwnerFullControl,
+    })
 }
 
 impl S3Sink {
@@ -304,13 +321,18 @@ impl S3Sink {
             let acks = acks.clone();
             Rc::new(Gauge::watched(move |bytes| acks.hold(bytes)))
         };
+        let customer_key = cfg
+            .customer_key(&|name| std::env::var(name).ok())
+            .map_err(|(key, e)| err(format!("s3.{key}: {e}")))?;
+        let sse = sse_of(&cfg, customer_key);
         let mut upload = UploadConfig::new(cfg.part_size.0, cfg.parts_in_flight);
         upload.total = Some(Rc::clone(&total));
         upload.options = ObjectOptions {
             content_type: Some(probe.content_type().to_owned()),
             content_encoding: probe.content_encoding().map(str::to_owned),
             storage_class: cfg.storage_class.clone(),
-            sse: sse_of(&cfg),
+            sse,
+            acl: acl_of(&cfg),
             content_md5: cfg.content_md5,
             checksum: checksum_of(&cfg),
             ..ObjectOptions::default()
@@ -327,6 +349,7 @@ impl S3Sink {
             small: ObjectOptions {
                 content_type: Some("application/json".to_owned()),
                 sse: upload.options.sse.clone(),
+                acl: upload.options.acl,
                 content_md5: cfg.content_md5,
                 checksum: checksum_of(&cfg),
                 ..ObjectOptions::default()
@@ -357,6 +380,7 @@ impl S3Sink {
             upload,
             parts: Vec::new(),
             key_buf: String::new(),
+            encoded: 0,
             finisher,
             dead_letter,
             total,
@@ -444,7 +468,11 @@ impl S3Sink {
             &self.cfg.time_zone,
             &input,
             &mut self.key_buf,
-        )
+        )?;
+        if self.cfg.user_metadata.is_empty() && self.cfg.tags.is_empty() {
+            return Ok(());
+        }
+        object_values(&self.cfg, &input).map(|_| ())
     }
 
     /// A message the sink cannot write (no key renders for it): to `on_error`. Under
@@ -575,6 +603,7 @@ impl S3Sink {
                 return Ok(());
             };
             let out = w.encoder.take();
+            self.encoded += out.len() as u64;
             if !out.is_empty() {
                 open.pending_len += out.len() as u64;
                 open.pending.push(out);
@@ -613,6 +642,20 @@ impl S3Sink {
                         .metadata
                         .push(("messages".to_owned(), o.count.to_string()));
                 }
+                let ext = w.encoder.extension();
+                let input = KeyInput {
+                    partition: &w.info,
+                    first: &o.first,
+                    last_offset: None,
+                    ext: &ext,
+                };
+                // Tried when the object opened (`probe_key`), as the key was.
+                let (metadata, tags) = object_values(&self.cfg, &input).map_err(|e| Failure {
+                    text: e,
+                    permanent: true,
+                })?;
+                options.options.metadata.extend(metadata);
+                options.options.tags = tags;
             }
             let writer =
                 ObjectWriter::new(Rc::clone(&self.client), &self.cfg.bucket, &key, &options)
@@ -670,6 +713,7 @@ impl S3Sink {
             return true;
         };
         let tail = w.encoder.finish();
+        self.encoded += tail.len() as u64;
         if !tail.is_empty() {
             open.pending_len += tail.len() as u64;
             open.pending.push(tail);
@@ -1101,6 +1145,27 @@ fn parse_marker(body: &[u8]) -> Result<u64, String> {
 }
 
 /// User metadata values must be printable ASCII.
+/// The object's `s3.user_metadata` (values made printable ASCII, as S3 requires) and
+/// `s3.tags`, rendered for the object `input` begins.
+type Pairs = Vec<(String, String)>;
+fn object_values(cfg: &S3SinkConfig, input: &KeyInput<'_>) -> Result<(Pairs, Pairs), String> {
+    let render = |which: &str, map: &std::collections::BTreeMap<String, ValueTemplate>| {
+        map.iter()
+            .map(|(name, t)| {
+                t.render(&cfg.time_zone, input)
+                    .map(|v| (name.clone(), v))
+                    .map_err(|e| format!("s3.{which}.{name}: {e}"))
+            })
+            .collect::<Result<Vec<_>, String>>()
+    };
+    let metadata = render("user_metadata", &cfg.user_metadata)?
+        .into_iter()
+        .map(|(k, v)| (k, ascii(&v)))
+        .collect();
+    let tags = render("tags", &cfg.tags)?;
+    Ok((metadata, tags))
+}
+
 fn ascii(s: &str) -> String {
     s.chars()
         .map(|c| {
@@ -1261,12 +1326,18 @@ impl Sink for S3Sink {
     }
 
     fn status(&self) -> SinkStatus {
+        let stats = self.client.stats();
+        let open = self.parts.iter().flatten().filter_map(|w| w.open.as_ref());
         SinkStatus {
             reconnects: 0,
             retries: self.finisher.failures.get(),
-            requests: self.client.stats().attempts,
+            requests: stats.attempts,
             in_flight_peak: 0,
             buffered_peak: self.total.peak(),
+            encoded_bytes: self.encoded,
+            uploaded_bytes: stats.body_bytes,
+            objects_open: open.count() as u64,
+            buffered_bytes: self.total.current(),
         }
     }
 
