@@ -4,6 +4,8 @@
 #   - s3s-fs 0.14.1 (cargo): an S3 server that verifies SigV4 signatures, for tests and the bench
 #   - libhwloc15, libudev1 (Debian packages): the runtime needs of the real Iggy server in
 #     ../shared/iggy/, which the tests and the bench start
+#   - prometheus (Debian package): the dashboard test runs every panel's query against a
+#     Prometheus that scrapes a live engine
 #   - linux-perf (Debian package): `perf`, for the flame graphs of the bench's s3-sink scenario
 #     (the bench smoke run draws them; without perf it says so and goes on)
 #   - the nightly toolchain and cargo-fuzz 0.13.2 (cargo): the fuzz targets the tests build and run
@@ -13,6 +15,7 @@ set -euo pipefail
 need_apt=()
 command -v mosquitto >/dev/null 2>&1 || need_apt+=(mosquitto)
 command -v mosquitto_sub >/dev/null 2>&1 || need_apt+=(mosquitto-clients)
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 for pkg in libhwloc15 libudev1 linux-perf; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
@@ -22,9 +25,12 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
-  # The Debian package enables a system-wide broker on port 1883; the tests start their own.
-  if command -v systemctl >/dev/null 2>&1 && command -v mosquitto >/dev/null 2>&1; then
-    $SUDO systemctl disable --now mosquitto >/dev/null 2>&1 || true
+  # The Debian packages enable a system-wide broker on port 1883 and a Prometheus on 9090; the
+  # tests start their own.
+  if command -v systemctl >/dev/null 2>&1; then
+    for unit in mosquitto prometheus prometheus-node-exporter; do
+      $SUDO systemctl disable --now "$unit" >/dev/null 2>&1 || true
+    done
   fi
 fi
 
