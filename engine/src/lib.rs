@@ -10,6 +10,7 @@
 //! reaches only through bounded lock-free queues.
 
 pub mod ack;
+pub mod check;
 pub mod config;
 pub mod control;
 pub mod coremap;

@@ -72,12 +72,18 @@ enum Cmd {
         #[arg(short, long)]
         config: PathBuf,
     },
-    /// Check a config and print the core map, without connecting anywhere.
+    /// Check a config and print the core map; with --connect, also reach every endpoint.
     #[command(after_help = MORE)]
     Check {
         /// The TOML config file.
         #[arg(short, long)]
         config: PathBuf,
+        /// Also reach every endpoint, as `run` would (Iggy login, stream, topic, partitions
+        /// and consumer group; MQTT CONNECT and the CONNACK's limits against the sink; S3
+        /// HeadBucket), and report every problem, by sink. Nothing is published, written or
+        /// committed. Exit 1 when something is wrong.
+        #[arg(long)]
+        connect: bool,
     },
 }
 
@@ -125,13 +131,24 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
     match cli.command {
-        Cmd::Check { config } => match load(&config) {
+        Cmd::Check { config, connect } => match load(&config) {
             Ok((cfg, map)) => {
                 // Best effort, like the logs: a closed stdout changes nothing but the output.
                 let mut out = std::io::stdout();
                 let _ = write!(out, "{}", map.render(&cfg));
-                let _ = writeln!(out, "{}: OK", config.display());
-                ExitCode::SUCCESS
+                if !connect {
+                    let _ = writeln!(out, "{}: OK", config.display());
+                    return ExitCode::SUCCESS;
+                }
+                let (text, ok) = spillway::check::render(&spillway::check::run(&cfg));
+                let _ = write!(out, "{text}");
+                if ok {
+                    let _ = writeln!(out, "{}: OK, every endpoint reached", config.display());
+                    ExitCode::SUCCESS
+                } else {
+                    let _ = writeln!(out, "{}: problems found (above)", config.display());
+                    ExitCode::from(1)
+                }
             }
             Err(e) => {
                 let _ = writeln!(std::io::stderr(), "error: {e}");

@@ -5,12 +5,14 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use iggy_binary_protocol::codes::{
-    GET_CONSUMER_OFFSET_CODE, GET_STREAM_CODE, GET_TOPIC_CODE, JOIN_CONSUMER_GROUP_CODE,
-    LEAVE_CONSUMER_GROUP_CODE, LOGIN_REGISTER_CODE, LOGIN_REGISTER_WITH_PAT_CODE, PING_CODE,
-    POLL_MESSAGES_CODE, STORE_CONSUMER_OFFSET_CODE, SYNC_CONSUMER_GROUP_CODE,
+    GET_CONSUMER_GROUP_CODE, GET_CONSUMER_OFFSET_CODE, GET_STREAM_CODE, GET_TOPIC_CODE,
+    JOIN_CONSUMER_GROUP_CODE, LEAVE_CONSUMER_GROUP_CODE, LOGIN_REGISTER_CODE,
+    LOGIN_REGISTER_WITH_PAT_CODE, PING_CODE, POLL_MESSAGES_CODE, STORE_CONSUMER_OFFSET_CODE,
+    SYNC_CONSUMER_GROUP_CODE,
 };
 use iggy_binary_protocol::requests::consumer_groups::{
-    JoinConsumerGroupRequest, LeaveConsumerGroupRequest, SyncConsumerGroupRequest,
+    GetConsumerGroupRequest, JoinConsumerGroupRequest, LeaveConsumerGroupRequest,
+    SyncConsumerGroupRequest,
 };
 use iggy_binary_protocol::requests::consumer_offsets::{
     GetConsumerOffsetRequest, StoreConsumerOffsetRequest,
@@ -316,6 +318,38 @@ impl IggyClient {
         )
         .await
         .map(|_| ())
+    }
+
+    /// Whether the consumer group exists (without joining it).
+    pub async fn group_exists(
+        &mut self,
+        stream: &WireIdentifier,
+        topic: &WireIdentifier,
+        group: &WireIdentifier,
+    ) -> Result<bool, IggyError> {
+        let reply = self
+            .call(
+                GET_CONSUMER_GROUP_CODE,
+                GetConsumerGroupRequest {
+                    stream_id: stream.clone(),
+                    topic_id: topic.clone(),
+                    group_id: group.clone(),
+                },
+            )
+            .await;
+        match reply {
+            Ok(body) => Ok(!body.is_empty()),
+            Err(IggyError::Status { code })
+                if code.is_missing_topic()
+                    || matches!(
+                        code,
+                        ResultCode::ConsumerGroupIdNotFound | ResultCode::ConsumerGroupNameNotFound
+                    ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Joins a consumer group (which must exist).

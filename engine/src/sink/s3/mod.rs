@@ -1178,10 +1178,11 @@ fn ascii(s: &str) -> String {
         .collect()
 }
 
-impl Sink for S3Sink {
-    async fn start(&mut self) -> Result<(), SinkError> {
-        // The probe: a missing bucket, wrong credentials or a wrong region is reported now,
-        // before anything is polled.
+impl S3Sink {
+    /// HeadBucket with the sink's endpoint, credentials and TLS: a missing bucket, wrong
+    /// credentials or a wrong region is found before anything is polled (`spillway check
+    /// --connect` runs it alone). What was seen, or the problem.
+    pub async fn probe(&self) -> Result<String, SinkError> {
         let req =
             spillway_s3::actions::head_bucket::request(self.client.endpoint(), &self.cfg.bucket)
                 .map_err(|e| SinkError::permanent(format!("s3: {e}")))?;
@@ -1195,6 +1196,17 @@ impl Sink for S3Sink {
                     self.client.endpoint().authority()
                 ))
             })?;
+        Ok(format!(
+            "bucket {:?} at {} reachable (HeadBucket)",
+            self.cfg.bucket,
+            self.client.endpoint().authority()
+        ))
+    }
+}
+
+impl Sink for S3Sink {
+    async fn start(&mut self) -> Result<(), SinkError> {
+        self.probe().await?;
         info!(sink = %self.name, bucket = %self.cfg.bucket, "S3 bucket reachable");
         self.abort_stale_uploads().await;
         Ok(())
