@@ -9,6 +9,7 @@
 #   - linux-perf (Debian package): `perf`, for the flame graphs of the bench's s3-sink scenario
 #     (the bench smoke run draws them; without perf it says so and goes on)
 #   - the nightly toolchain and cargo-fuzz 0.13.2 (cargo): the fuzz targets the tests build and run
+#   - moto[server] 5.2.1 (PyPI): STS on loopback for the AWS credential-chain test
 #   - cargo-deb 3.8.0 (cargo): builds the .deb (scripts/package.sh), which the tests check
 set -euo pipefail
 
@@ -49,6 +50,13 @@ CARGO_FUZZ_VERSION="0.13.2"
 if ! (command -v cargo-fuzz >/dev/null 2>&1 && cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"); then
   echo "setup: installing cargo-fuzz $CARGO_FUZZ_VERSION (cargo install, about a minute the first time)"
   cargo install "cargo-fuzz@$CARGO_FUZZ_VERSION" --locked
+fi
+
+# moto's server: a real STS (AssumeRoleWithWebIdentity) on loopback for the credential-chain test.
+MOTO_VERSION="5.2.1"
+if ! python3 -c "import moto, moto.server, sys; sys.exit(moto.__version__ != '$MOTO_VERSION')" 2>/dev/null; then
+  echo "setup: installing moto[server] $MOTO_VERSION (pip)"
+  python3 -m pip install -q "moto[server]==$MOTO_VERSION"
 fi
 
 CARGO_DEB_VERSION="3.8.0"

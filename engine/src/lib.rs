@@ -14,6 +14,7 @@ pub mod check;
 pub mod config;
 pub mod control;
 pub mod coremap;
+pub mod credentials;
 pub mod error;
 pub mod flow;
 pub mod generate;

@@ -102,7 +102,11 @@ fn load(path: &std::path::Path) -> Result<(config::Config, coremap::CoreMap), St
 
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SPILLWAY_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // The AWS SDK's credential chain warns of every provider it tries; the engine logs
+        // the outcome itself (with every cause, at most once a minute).
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("info,aws_config=error,aws_runtime=error")
+        });
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         // A closed stderr (`spillway run ... 2>&1 | head -1`) must not end the engine: the

@@ -9,7 +9,7 @@ use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::time::SystemTime;
 
-use crate::credentials::Credentials;
+use crate::credentials::{Credentials, SharedCredentials};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, TransportError};
 use crate::request::{Request, Response};
@@ -27,6 +27,9 @@ pub struct ClientConfig {
     pub transport: TransportConfig,
     /// Seed of the retry jitter (vary it per shard so shards do not retry in step).
     pub jitter_seed: u64,
+    /// Credentials another thread refreshes; when set, they replace `credentials` as soon
+    /// as a set is published.
+    pub shared_credentials: Option<SharedCredentials>,
 }
 
 impl ClientConfig {
@@ -38,6 +41,7 @@ impl ClientConfig {
             retry: RetryPolicy::default(),
             transport: TransportConfig::default(),
             jitter_seed: 0x5eed,
+            shared_credentials: None,
         }
     }
 }
@@ -65,7 +69,9 @@ pub type RetryObserver = Box<dyn Fn(&Error, u32, std::time::Duration)>;
 pub struct S3Client {
     endpoint: Endpoint,
     target: Target,
-    credentials: Credentials,
+    credentials: RefCell<Credentials>,
+    /// The refreshed credentials and the version last taken from them.
+    shared: Option<(SharedCredentials, Cell<u64>)>,
     payload: PayloadMode,
     retry: RetryPolicy,
     transport: Transport,
@@ -93,7 +99,8 @@ impl S3Client {
         Ok(S3Client {
             target: Target::from(&cfg.endpoint),
             endpoint: cfg.endpoint,
-            credentials: cfg.credentials,
+            credentials: RefCell::new(cfg.credentials),
+            shared: cfg.shared_credentials.map(|s| (s, Cell::new(0))),
             payload: cfg.payload,
             retry: cfg.retry,
             transport,
@@ -128,6 +135,33 @@ impl S3Client {
         self.stats.get()
     }
 
+    /// Whether the client has credentials to sign with: always with static ones; with shared
+    /// ones once the first set is published.
+    pub fn has_credentials(&self) -> bool {
+        self.shared.as_ref().is_none_or(|(s, _)| s.version() > 0)
+    }
+
+    /// Takes a newer set of shared credentials, if one was published since the last request.
+    fn refresh_credentials(&self) -> Result<(), Error> {
+        let Some((shared, seen)) = &self.shared else {
+            return Ok(());
+        };
+        let version = shared.version();
+        if version == seen.get() {
+            return Ok(());
+        }
+        match shared.get() {
+            Some((c, _)) => {
+                *self.credentials.borrow_mut() = c;
+                seen.set(version);
+                Ok(())
+            }
+            None => Err(Error::Config(
+                "no credentials yet from the AWS credential chain".to_owned(),
+            )),
+        }
+    }
+
     /// Signs and sends `req`, and parses the answer with `parse`; retries with backoff while
     /// the error may pass and the request may be repeated (a connection that could not be
     /// opened never received the request, so that one is retried for any request). Every
@@ -140,9 +174,10 @@ impl S3Client {
         let mut attempt = 1u32;
         loop {
             let mut signed = req.clone();
+            self.refresh_credentials()?;
             sign::sign(
                 &mut signed,
-                &self.credentials,
+                &self.credentials.borrow(),
                 &self.endpoint.region,
                 (self.clock)(),
                 self.payload,

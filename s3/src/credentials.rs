@@ -6,6 +6,65 @@ use std::fmt;
 
 use crate::error::Error;
 
+/// Credentials another thread keeps fresh (the AWS credential chain, resolved off the shards):
+/// each shard's client reads them before it signs a request. The common case, nothing new, is
+/// one atomic load; a new set is taken under a lock held only for the copy.
+#[derive(Clone, Default)]
+pub struct SharedCredentials {
+    inner: std::sync::Arc<SharedInner>,
+}
+
+#[derive(Default)]
+struct SharedInner {
+    /// Bumped on every [`SharedCredentials::set`]; 0 until the first.
+    version: std::sync::atomic::AtomicU64,
+    value: std::sync::Mutex<Option<(Credentials, Option<std::time::SystemTime>)>>,
+}
+
+impl fmt::Debug for SharedCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedCredentials")
+            .field("version", &self.version())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedCredentials {
+    /// Empty: no credentials yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Publishes a new set (and when it expires, if it does).
+    pub fn set(&self, credentials: Credentials, expires: Option<std::time::SystemTime>) {
+        let mut v = self
+            .inner
+            .value
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *v = Some((credentials, expires));
+        self.inner
+            .version
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    /// How many sets have been published (0: none yet).
+    pub fn version(&self) -> u64 {
+        self.inner
+            .version
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The newest set and its expiry, if there is one yet.
+    pub fn get(&self) -> Option<(Credentials, Option<std::time::SystemTime>)> {
+        self.inner
+            .value
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// AWS credentials.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {

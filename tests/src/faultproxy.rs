@@ -576,6 +576,8 @@ pub struct RequestHead {
     pub target: String,
     /// Header fields, names lower case, in order.
     pub headers: Vec<(String, String)>,
+    /// When the proxy read the head.
+    pub received: std::time::SystemTime,
     content_length: Option<u64>,
     chunked_or_unknown: bool,
     expect_continue: bool,
@@ -596,6 +598,7 @@ fn parse_head(head: &[u8]) -> Option<RequestHead> {
         method,
         target,
         headers: Vec::new(),
+        received: std::time::SystemTime::now(),
         content_length: None,
         chunked_or_unknown: false,
         expect_continue: false,

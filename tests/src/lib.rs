@@ -31,6 +31,7 @@ mod error;
 pub mod faultproxy;
 mod fsutil;
 pub mod iggy;
+pub mod imds;
 mod mosquitto;
 pub mod mqtt_count_proxy;
 mod mqtt_wire;

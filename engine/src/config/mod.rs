@@ -23,8 +23,8 @@ pub use mqtt::{
     WillConfig, password_env,
 };
 pub use s3::{
-    AclKind, ChecksumKind, Compression, Format, FormatOptions, Framing, OnShutdown, S3SinkConfig,
-    SseKind,
+    AclKind, ChecksumKind, Compression, CredentialSource, Format, FormatOptions, Framing,
+    OnShutdown, S3SinkConfig, SseKind,
 };
 pub use secret::Secret;
 

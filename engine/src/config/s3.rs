@@ -157,6 +157,21 @@ pub enum SseKind {
     Customer,
 }
 
+/// Where an S3 sink's credentials come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CredentialSource {
+    /// The static keys when there are any (`access_key_id` and `secret_access_key`, or
+    /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`), else the AWS credential chain.
+    #[default]
+    Auto,
+    /// The static keys only (refused at start when there are none).
+    Static,
+    /// The AWS credential chain (environment, profiles, web identity, ECS, EC2 IMDSv2),
+    /// refreshed before expiry.
+    Chain,
+}
+
 /// A canned ACL (`x-amz-acl`) for every object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -210,6 +225,12 @@ pub struct S3SinkConfig {
     pub secret_access_key: Option<Secret>,
     /// Session token; env `AWS_SESSION_TOKEN` when absent.
     pub session_token: Option<Secret>,
+    /// `auto` (static keys if given, else the AWS credential chain), `static` or `chain`.
+    #[serde(default)]
+    pub credentials: CredentialSource,
+    /// The profile of the shared config/credentials files the chain reads (default: the
+    /// `AWS_PROFILE` variable, else `default`).
+    pub profile: Option<String>,
     /// Put before every key (e.g. `"raw/"`); also where the sink's markers live.
     #[serde(default)]
     pub prefix: String,

@@ -379,8 +379,21 @@ fn an_s3_sink_loads_with_defaults_and_names_its_mistakes() {
         assert_eq!(e.key, key, "{e}");
         assert!(e.to_string().contains(words), "{e}");
     }
+    // A secret without its key id is refused; neither means the AWS credential chain,
+    // unless credentials = "static".
     let e = error_of(&S3.replace("access_key_id = \"ak\"", ""));
     assert_eq!(e.key, "sink[0].s3.access_key_id");
+    let neither = S3
+        .replace("access_key_id = \"ak\"", "")
+        .replace("secret_access_key = \"sk\"", "");
+    let c = parse_with(&neither, &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.sinks[0].s3.as_ref().map(|s| s.credentials),
+        Some(CredentialSource::Auto)
+    );
+    let e = error_of(&neither.replace("[sink.s3]", "[sink.s3]\ncredentials = \"static\""));
+    assert_eq!(e.key, "sink[0].s3.access_key_id");
+    assert!(e.message.contains("credentials = \"static\""), "{e}");
     let c = parse_with(
         &S3.replace("access_key_id = \"ak\"", ""),
         &[("AWS_ACCESS_KEY_ID", "from-env")],

@@ -522,36 +522,55 @@ fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
             format!("{} is not a readable file", ca.display()),
         ));
     }
-    match c.access_key_id.as_deref().map(str::trim) {
-        None => {
+    // Static keys: both or neither (neither: the AWS credential chain, unless
+    // `credentials = "static"`); an empty one (AWS_ACCESS_KEY_ID="") would only fail at the
+    // first signed request.
+    let static_only = c.credentials == super::CredentialSource::Static;
+    let chain_hint = if static_only {
+        ""
+    } else {
+        " (or set neither, for the AWS credential chain)"
+    };
+    match (
+        c.access_key_id.as_deref().map(str::trim),
+        &c.secret_access_key,
+    ) {
+        (None, None) if static_only => {
             return Err(problem(
                 key("access_key_id"),
-                "missing: set access_key_id and secret_access_key, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+                "missing: set access_key_id and secret_access_key, or AWS_ACCESS_KEY_ID and \
+                 AWS_SECRET_ACCESS_KEY (credentials = \"static\")",
             ));
         }
-        // An empty AWS_ACCESS_KEY_ID="" would only fail at the first signed request.
-        Some("") => {
+        (None, None) => {}
+        (Some(""), _) => {
             return Err(problem(
                 key("access_key_id"),
                 "empty (from the file or AWS_ACCESS_KEY_ID): give the access key id",
             ));
         }
-        Some(_) => {}
-    }
-    match &c.secret_access_key {
-        None => {
-            return Err(problem(
-                key("secret_access_key"),
-                "missing: set it or AWS_SECRET_ACCESS_KEY",
-            ));
-        }
-        Some(s) if s.expose().is_empty() => {
+        (_, Some(s)) if s.expose().is_empty() => {
             return Err(problem(
                 key("secret_access_key"),
                 "empty (from the file or AWS_SECRET_ACCESS_KEY): give the secret access key",
             ));
         }
-        Some(_) => {}
+        (None, Some(_)) => {
+            return Err(problem(
+                key("access_key_id"),
+                format!(
+                    "missing, though secret_access_key is set: set access_key_id or \
+                     AWS_ACCESS_KEY_ID{chain_hint}"
+                ),
+            ));
+        }
+        (Some(_), None) => {
+            return Err(problem(
+                key("secret_access_key"),
+                format!("missing: set it or AWS_SECRET_ACCESS_KEY{chain_hint}"),
+            ));
+        }
+        (Some(_), Some(_)) => {}
     }
     if c.key.needs_last_offset() && c.max_object_size.0 > c.part_size.0 {
         return Err(problem(
@@ -584,6 +603,12 @@ fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
         return Err(problem(
             key("retry_min"),
             "must be more than 0 and at most s3.retry_max",
+        ));
+    }
+    if c.profile.is_some() && c.credentials == super::CredentialSource::Static {
+        return Err(problem(
+            key("profile"),
+            "is for the credential chain: not with credentials = \"static\"",
         ));
     }
     if c.sse_kms_key_id.is_some() && c.sse != Some(super::SseKind::Kms) {

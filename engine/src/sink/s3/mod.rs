@@ -38,7 +38,8 @@ use tracing::{debug, info, warn};
 use self::format::{Encoder, FormatOptions};
 use super::{Acks, Sink, SinkError, SinkStatus};
 use crate::config::{
-    AclKind, ChecksumKind, ErrorPolicy, OnShutdown, S3SinkConfig, SinkConfig, SseKind,
+    AclKind, ChecksumKind, CredentialSource, ErrorPolicy, OnShutdown, S3SinkConfig, SinkConfig,
+    SseKind,
 };
 use crate::message::{Batch, Message, PartitionInfo};
 use crate::template::key::{self, KeyInput, ValueTemplate};
@@ -224,6 +225,8 @@ pub struct S3Sink {
     epochs: u64,
     /// Output bytes the encoders made so far (before upload).
     encoded: u64,
+    /// The AWS credential chain the client signs with, when there are no static keys.
+    chain: Option<crate::credentials::Chain>,
 }
 
 impl std::fmt::Debug for S3Sink {
@@ -300,7 +303,23 @@ impl S3Sink {
                 .unwrap_or_default(),
             cfg.session_token.as_ref().map(|s| s.expose().to_owned()),
         );
+        let has_keys = cfg.access_key_id.is_some() && cfg.secret_access_key.is_some();
+        let chain = match (cfg.credentials, has_keys) {
+            (CredentialSource::Static, false) => {
+                return Err(err(
+                    "s3.credentials = \"static\" but there are no keys: set \
+                     s3.access_key_id and s3.secret_access_key (or AWS_ACCESS_KEY_ID and \
+                     AWS_SECRET_ACCESS_KEY)"
+                        .to_owned(),
+                ));
+            }
+            (CredentialSource::Static, true) | (CredentialSource::Auto, true) => None,
+            (CredentialSource::Chain, _) | (CredentialSource::Auto, false) => {
+                Some(crate::credentials::chain(cfg.profile.as_deref(), &region).map_err(err)?)
+            }
+        };
         let mut client_cfg = ClientConfig::new(endpoint, credentials);
+        client_cfg.shared_credentials = chain.as_ref().map(|c| c.shared.clone());
         // https: the Mozilla roots, or the store's own CA.
         client_cfg.transport.tls.client_config = Some(
             crate::tls::client_config(cfg.tls_ca.as_deref(), None, &[b"http/1.1"])
@@ -381,6 +400,7 @@ impl S3Sink {
             parts: Vec::new(),
             key_buf: String::new(),
             encoded: 0,
+            chain,
             finisher,
             dead_letter,
             total,
@@ -1183,6 +1203,23 @@ impl S3Sink {
     /// credentials or a wrong region is found before anything is polled (`spillway check
     /// --connect` runs it alone). What was seen, or the problem.
     pub async fn probe(&self) -> Result<String, SinkError> {
+        if let Some(chain) = &self.chain {
+            // The first set of credentials from the chain (resolved on its own thread).
+            let deadline = Instant::now() + self.cfg.request_timeout.0;
+            while !self.client.has_credentials() {
+                if Instant::now() >= deadline {
+                    return Err(SinkError::permanent(format!(
+                        "S3 bucket {:?}: no credentials within s3.request_timeout ({}): {}",
+                        self.cfg.bucket,
+                        self.cfg.request_timeout,
+                        chain.error().unwrap_or_else(|| {
+                            "the AWS credential chain has not answered".to_owned()
+                        })
+                    )));
+                }
+                monoio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
         let req =
             spillway_s3::actions::head_bucket::request(self.client.endpoint(), &self.cfg.bucket)
                 .map_err(|e| SinkError::permanent(format!("s3: {e}")))?;
