@@ -21,6 +21,33 @@ use spillway_tests::{FaultPlan, FaultProxy, IggyServer, S3Server, TestMessage};
 
 const TTL: Duration = Duration::from_secs(4);
 
+/// An engine config with one S3 sink `name` and no keys in it (`extra` in `[sink.s3]`),
+/// reaching the store through `via` (a proxy's host:port) when given.
+fn keyless(
+    iggy: &IggyServer,
+    t: &common::Topic,
+    s3: &S3Server,
+    name: &str,
+    extra: &str,
+    via: Option<&str>,
+) -> String {
+    let mut sink = s3_sink(name, t, s3, extra);
+    if let Some(via) = via {
+        sink = sink.replace(&s3.endpoint(), &format!("http://{via}"));
+    }
+    let sink: String = sink
+        .lines()
+        .filter(|l| !l.starts_with("access_key_id") && !l.starts_with("secret_access_key"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    engine_sections(iggy) + &sink
+}
+
+/// The shared config and credentials files the chain reads: a path that does not exist.
+fn no_files(dir: &std::path::Path) -> String {
+    dir.join("no-such-file").to_str().unwrap().to_owned()
+}
+
 #[test]
 fn credentials_from_imds_rotate_mid_run_and_no_request_uses_expired_keys() {
     let s3 = S3Server::start().unwrap();
@@ -33,21 +60,16 @@ fn credentials_from_imds_rotate_mid_run_and_no_request_uses_expired_keys() {
 
     // No keys in the config: the chain (environment, profile files, web identity, ECS find
     // nothing; IMDS answers).
-    let sink = s3_sink(
-        "creds",
+    let cfg = keyless(
+        &iggy,
         &t,
         &s3,
+        "creds",
         "credentials = \"chain\"\nidle_flush = \"200ms\"",
-    )
-    .replace(&s3.endpoint(), &format!("http://{}", proxy.host_port()));
-    let sink: String = sink
-        .lines()
-        .filter(|l| !l.starts_with("access_key_id") && !l.starts_with("secret_access_key"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    let cfg = engine_sections(&iggy) + &sink;
-    let missing = dir.path().join("no-such-file");
-    let missing = missing.to_str().unwrap();
+        Some(&proxy.host_port()),
+    );
+    let missing = no_files(dir.path());
+    let missing = missing.as_str();
     let endpoint = imds.endpoint();
     let env = [
         ("AWS_EC2_METADATA_SERVICE_ENDPOINT", endpoint.as_str()),
@@ -136,19 +158,16 @@ fn a_chain_that_finds_nothing_stops_the_sink_at_start_saying_why() {
     let iggy = IggyServer::start().unwrap();
     let t = topic(&iggy, "s3nocreds", 1);
     let dir = tempfile::tempdir().unwrap();
-    let sink: String = s3_sink(
-        "nocreds",
+    let cfg = keyless(
+        &iggy,
         &t,
         &s3,
+        "nocreds",
         "credentials = \"chain\"\nrequest_timeout = \"2s\"",
-    )
-    .lines()
-    .filter(|l| !l.starts_with("access_key_id") && !l.starts_with("secret_access_key"))
-    .map(|l| format!("{l}\n"))
-    .collect();
-    let cfg = engine_sections(&iggy) + &sink;
-    let missing = dir.path().join("no-such-file");
-    let missing = missing.to_str().unwrap();
+        None,
+    );
+    let missing = no_files(dir.path());
+    let missing = missing.as_str();
     let env = [
         ("AWS_EC2_METADATA_DISABLED", "true"),
         ("AWS_CONFIG_FILE", missing),
@@ -203,15 +222,16 @@ fn web_identity_credentials_come_from_sts() {
     )
     .unwrap();
 
-    let sink: String = s3_sink("irsa", &t, &s3, "request_timeout = \"10s\"")
-        .replace(&s3.endpoint(), &format!("http://{}", proxy.host_port()))
-        .lines()
-        .filter(|l| !l.starts_with("access_key_id") && !l.starts_with("secret_access_key"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    let cfg = engine_sections(&iggy) + &sink;
-    let missing = dir.path().join("no-such-file");
-    let missing = missing.to_str().unwrap();
+    let cfg = keyless(
+        &iggy,
+        &t,
+        &s3,
+        "irsa",
+        "request_timeout = \"10s\"",
+        Some(&proxy.host_port()),
+    );
+    let missing = no_files(dir.path());
+    let missing = missing.as_str();
     let sts_url = format!("http://{sts_addr}");
     let env = [
         ("AWS_WEB_IDENTITY_TOKEN_FILE", token_file.to_str().unwrap()),
