@@ -239,7 +239,8 @@ pub struct S3SinkConfig {
     /// the object's first message, offsets zero-padded to 20 digits.
     #[serde(default)]
     pub key: KeyTemplate,
-    /// Time zone of `{date}` `{hour}` `{minute}`: `"UTC"` or a fixed offset like `"+02:00"`.
+    /// Time zone of `{date}` `{hour}` `{minute}`: `"UTC"`, a fixed offset like `"+02:00"`, or
+    /// an IANA zone like `"Europe/Berlin"`.
     #[serde(default)]
     pub time_zone: KeyZone,
     /// `json_lines`, `json_array`, `raw`, `csv`.

@@ -235,8 +235,8 @@ pub fn escape_into(out: &mut String, value: &str) {
     }
 }
 
-/// The zone of `{date}`, `{hour}` and `{minute}` (`s3.time_zone`): `"UTC"`, `"Z"` or a fixed
-/// offset such as `"+02:00"` or `"-0530"`.
+/// The zone of `{date}`, `{hour}` and `{minute}` (`s3.time_zone`): `"UTC"`, `"Z"`, a fixed
+/// offset such as `"+02:00"` or `"-0530"`, or an IANA zone such as `"Europe/Berlin"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyZone(TimeZone);
 
@@ -254,10 +254,22 @@ impl KeyZone {
         if tz.eq_ignore_ascii_case("utc") || tz == "Z" {
             return Ok(KeyZone(TimeZone::UTC));
         }
-        let bad = || format!("{tz:?} is not \"UTC\" or an offset such as \"+02:00\"");
+        let bad = || {
+            format!(
+                "{tz:?} is not \"UTC\", an offset such as \"+02:00\" or an IANA zone such as \
+                 \"Europe/Berlin\""
+            )
+        };
         let (sign, rest) = match tz.as_bytes().first() {
             Some(b'+') => (1, &tz[1..]),
             Some(b'-') => (-1, &tz[1..]),
+            // An IANA name, with its daylight-saving rules: from the system's tz database when
+            // it has the zone, else from the copy built into the binary.
+            Some(_) if tz.contains('/') || tz.bytes().all(|b| b.is_ascii_alphabetic()) => {
+                return TimeZone::get(tz)
+                    .map(KeyZone)
+                    .map_err(|e| format!("{}: {e}", bad()));
+            }
             _ => return Err(bad()),
         };
         let digits: String = rest.chars().filter(|c| *c != ':').collect();
@@ -425,9 +437,68 @@ mod tests {
             at(&KeyZone::parse("-0530").unwrap(), 0),
             (1969, 12, 31, 18, 30)
         );
-        for bad in ["Europe/Paris", "+2", "+15:00", "+01:60", "", "02:00"] {
+        for bad in [
+            "Europe/Atlantis",
+            "+2",
+            "+15:00",
+            "+01:60",
+            "",
+            "02:00",
+            "Mars",
+        ] {
             assert!(KeyZone::parse(bad).is_err(), "{bad}");
         }
         assert!(utc.civil(u64::MAX).is_err());
+    }
+
+    /// Europe/Berlin around both daylight-saving changes of 2026: on 29 March the clocks go
+    /// from 02:00 CET to 03:00 CEST (01:00 UTC), so the hour before is 01 and the hour after
+    /// is 03, with no 02; on 25 October from 03:00 CEST back to 02:00 CET (01:00 UTC), so the
+    /// hour 02 comes twice, an hour apart.
+    #[test]
+    fn iana_zones_follow_daylight_saving_time() {
+        let berlin = KeyZone::parse("Europe/Berlin").unwrap();
+        let at = |iso: &str| {
+            let ts: Timestamp = iso.parse().unwrap();
+            let t = berlin
+                .civil(u64::try_from(ts.as_microsecond()).unwrap())
+                .unwrap();
+            (t.month(), t.day(), t.hour(), t.minute())
+        };
+        assert_eq!(at("2026-03-29T00:59:59Z"), (3, 29, 1, 59));
+        assert_eq!(at("2026-03-29T01:00:00Z"), (3, 29, 3, 0));
+        assert_eq!(at("2026-03-29T01:30:00Z"), (3, 29, 3, 30));
+        assert_eq!(at("2026-10-25T00:30:00Z"), (10, 25, 2, 30));
+        assert_eq!(at("2026-10-25T01:30:00Z"), (10, 25, 2, 30));
+        assert_eq!(at("2026-10-25T02:30:00Z"), (10, 25, 3, 30));
+        // Winter and summer offsets.
+        assert_eq!(at("2026-01-15T23:30:00Z"), (1, 16, 0, 30));
+        assert_eq!(at("2026-07-15T22:30:00Z"), (7, 16, 0, 30));
+        // The key a template makes in that zone, the hour before and after the change.
+        let t = KeyTemplate::parse("{date}/{hour}/{partition}-{first_offset}").unwrap();
+        let p = part();
+        let key = |iso: &str| {
+            let ts: Timestamp = iso.parse().unwrap();
+            let mut m = msg(u64::try_from(ts.as_microsecond()).unwrap());
+            m.offset = 7;
+            let input = KeyInput {
+                partition: &p,
+                first: &m,
+                last_offset: None,
+                ext: "jsonl",
+            };
+            let mut out = String::new();
+            t.render("", &berlin, &input, &mut out).unwrap();
+            out
+        };
+        assert_eq!(
+            key("2026-03-29T00:30:00Z"),
+            "2026-03-29/01/3-00000000000000000007"
+        );
+        assert_eq!(
+            key("2026-03-29T01:30:00Z"),
+            "2026-03-29/03/3-00000000000000000007"
+        );
+        assert!(KeyZone::parse("UTC").is_ok() && KeyZone::parse("America/New_York").is_ok());
     }
 }
