@@ -226,7 +226,7 @@ async fn mqtt(sink: &SinkConfig, cfg: &MqttSinkConfig) -> Result<String, String>
         .map_err(|e| format!("mqtt.tls_server_name: {e}"))?;
     let tls = spillway_net::tls::handshake(&config, name, tcp, limit)
         .await
-        .map_err(|e| format!("{}: TLS handshake: {e:?}", cfg.address))?;
+        .map_err(|e| format!("{}: TLS handshake: {e}", cfg.address))?;
     mqtt_session(sink, cfg, tls).await
 }
 

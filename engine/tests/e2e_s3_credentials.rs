@@ -6,7 +6,8 @@
 //!
 //! The fake's credentials live 4 s, each set with a new session token, while the engine uploads
 //! objects for about 12 s: the chain must hand new credentials to the shard before the old ones
-//! expire, mid-run, without a failed request.
+//! expire, mid-run, without a failed request. The same fake also plays the ECS container
+//! credentials endpoint, run the same way.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -48,8 +49,27 @@ fn no_files(dir: &std::path::Path) -> String {
     dir.join("no-such-file").to_str().unwrap().to_owned()
 }
 
+/// Where the chain finds the fake's credentials.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    /// EC2 instance metadata (IMDSv2).
+    Imds,
+    /// The ECS container endpoint (`AWS_CONTAINER_CREDENTIALS_FULL_URI` with an
+    /// authorization token); IMDS switched off.
+    Ecs,
+}
+
 #[test]
 fn credentials_from_imds_rotate_mid_run_and_no_request_uses_expired_keys() {
+    rotate_mid_run(Source::Imds);
+}
+
+#[test]
+fn credentials_from_the_ecs_endpoint_rotate_mid_run_and_no_request_uses_expired_keys() {
+    rotate_mid_run(Source::Ecs);
+}
+
+fn rotate_mid_run(source: Source) {
     let s3 = S3Server::start().unwrap();
     let proxy = FaultProxy::start(s3.addr(), FaultPlan::passthrough()).unwrap();
     let imds = FakeImds::start(s3.access_key(), s3.secret_key(), TTL).unwrap();
@@ -58,8 +78,8 @@ fn credentials_from_imds_rotate_mid_run_and_no_request_uses_expired_keys() {
     let t = topic(&iggy, "s3creds", 1);
     let dir = tempfile::tempdir().unwrap();
 
-    // No keys in the config: the chain (environment, profile files, web identity, ECS find
-    // nothing; IMDS answers).
+    // No keys in the config: the chain (environment, profile files and web identity find
+    // nothing; the ECS endpoint or IMDS answers).
     let cfg = keyless(
         &iggy,
         &t,
@@ -71,13 +91,25 @@ fn credentials_from_imds_rotate_mid_run_and_no_request_uses_expired_keys() {
     let missing = no_files(dir.path());
     let missing = missing.as_str();
     let endpoint = imds.endpoint();
-    let env = [
-        ("AWS_EC2_METADATA_SERVICE_ENDPOINT", endpoint.as_str()),
+    let ecs_uri = format!("{endpoint}{}", spillway_tests::imds::ECS_PATH);
+    let mut env = vec![
         ("AWS_CONFIG_FILE", missing),
         ("AWS_SHARED_CREDENTIALS_FILE", missing),
         ("SPILLWAY_LOG", "info,spillway::sink::s3=debug"),
     ];
+    match source {
+        Source::Imds => env.push(("AWS_EC2_METADATA_SERVICE_ENDPOINT", endpoint.as_str())),
+        Source::Ecs => env.extend([
+            ("AWS_CONTAINER_CREDENTIALS_FULL_URI", ecs_uri.as_str()),
+            (
+                "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+                spillway_tests::imds::ECS_AUTH,
+            ),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ]),
+    }
     let mut engine = Engine::start_with_env(dir.path(), "creds", &cfg, &env);
+    eprintln!("credentials from {source:?}");
 
     // About 12 s of objects: a batch every 300 ms, each closed by idle_flush.
     let started = Instant::now();

@@ -9,6 +9,10 @@
 //! S3 server the tests run knows one key pair) with a new session token each time
 //! (`session-1`, `session-2`, ...), so rotation shows in the requests the store gets. A request
 //! without the session token is refused with 401, as IMDSv2 does.
+//!
+//! It also plays the ECS container credentials endpoint: `GET /ecs/credentials` with the
+//! `Authorization` header [`ECS_AUTH`] (what `AWS_CONTAINER_AUTHORIZATION_TOKEN` sends) gives
+//! the same credentials, from the same sequence; without the header it answers 401.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -22,6 +26,10 @@ use crate::HarnessError;
 /// The role the fake names.
 pub const ROLE: &str = "spillway-test-role";
 const API_TOKEN: &str = "imds-session-token";
+/// The authorization token the ECS endpoint wants.
+pub const ECS_AUTH: &str = "ecs-test-authorization";
+/// The path of the ECS endpoint (for `AWS_CONTAINER_CREDENTIALS_FULL_URI`).
+pub const ECS_PATH: &str = "/ecs/credentials";
 
 /// One set of credentials the fake served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +156,7 @@ fn serve(s: &Shared, sock: TcpStream) -> std::io::Result<()> {
     let method = parts.next().unwrap_or("").to_owned();
     let path = parts.next().unwrap_or("").to_owned();
     let mut token = None;
+    let mut auth = None;
     let mut length = 0usize;
     loop {
         let mut h = String::new();
@@ -158,6 +167,8 @@ fn serve(s: &Shared, sock: TcpStream) -> std::io::Result<()> {
             let (k, v) = (k.trim().to_ascii_lowercase(), v.trim().to_owned());
             if k == "x-aws-ec2-metadata-token" {
                 token = Some(v);
+            } else if k == "authorization" {
+                auth = Some(v);
             } else if k == "content-length" {
                 length = v.parse().unwrap_or(0);
             }
@@ -170,31 +181,17 @@ fn serve(s: &Shared, sock: TcpStream) -> std::io::Result<()> {
     let role_path = format!("/latest/meta-data/iam/security-credentials/{ROLE}");
     let (status, body) = match (method.as_str(), path.as_str()) {
         ("PUT", "/latest/api/token") => (200, API_TOKEN.to_owned()),
+        ("GET", ECS_PATH) if auth.as_deref() == Some(ECS_AUTH) => (200, credentials(s)),
+        ("GET", ECS_PATH) => {
+            *s.refused.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+            (401, String::new())
+        }
         _ if token.as_deref() != Some(API_TOKEN) => {
             *s.refused.lock().unwrap_or_else(PoisonError::into_inner) += 1;
             (401, String::new())
         }
         ("GET", "/latest/meta-data/iam/security-credentials/") => (200, ROLE.to_owned()),
-        ("GET", p) if p == role_path => {
-            let at = SystemTime::now();
-            let expires = at + s.ttl;
-            let mut served = s.served.lock().unwrap_or_else(PoisonError::into_inner);
-            let token = format!("session-{}", served.len() + 1);
-            served.push(Served {
-                token: token.clone(),
-                at,
-                expires,
-            });
-            let body = format!(
-                r#"{{"Code":"Success","LastUpdated":"{}","Type":"AWS-HMAC","AccessKeyId":"{}","SecretAccessKey":"{}","Token":"{}","Expiration":"{}"}}"#,
-                rfc3339(at),
-                s.access_key,
-                s.secret_key,
-                token,
-                rfc3339(expires)
-            );
-            (200, body)
-        }
+        ("GET", p) if p == role_path => (200, credentials(s)),
         _ => (404, String::new()),
     };
     let reason = match status {
@@ -215,6 +212,27 @@ fn serve(s: &Shared, sock: TcpStream) -> std::io::Result<()> {
         body.len()
     )?;
     sock.flush()
+}
+
+/// The next set of credentials, recorded, as the JSON both endpoints answer.
+fn credentials(s: &Shared) -> String {
+    let at = SystemTime::now();
+    let expires = at + s.ttl;
+    let mut served = s.served.lock().unwrap_or_else(PoisonError::into_inner);
+    let token = format!("session-{}", served.len() + 1);
+    served.push(Served {
+        token: token.clone(),
+        at,
+        expires,
+    });
+    format!(
+        r#"{{"Code":"Success","LastUpdated":"{}","Type":"AWS-HMAC","AccessKeyId":"{}","SecretAccessKey":"{}","Token":"{}","Expiration":"{}"}}"#,
+        rfc3339(at),
+        s.access_key,
+        s.secret_key,
+        token,
+        rfc3339(expires)
+    )
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ`.
