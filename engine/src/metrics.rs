@@ -268,8 +268,7 @@ impl Merged {
     /// The Prometheus text exposition.
     pub fn prometheus(&self) -> String {
         let mut out = String::with_capacity(4096);
-        type Counter = (&'static str, &'static str, fn(&SinkCounters) -> u64);
-        let counters: [Counter; 16] = [
+        let counters: [SinkFamily; 16] = [
             (
                 "spillway_messages_in_total",
                 "Messages polled from the source.",
@@ -351,19 +350,7 @@ impl Merged {
                 |c| c.sink_uploaded_bytes,
             ),
         ];
-        for (name, help, get) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (shard, reports) in self.latest.iter().enumerate() {
-                for r in reports {
-                    let _ = writeln!(
-                        out,
-                        "{name}{{shard=\"{shard}\",sink=\"{}\"}} {}",
-                        self.name(r.sink),
-                        get(&r.counters)
-                    );
-                }
-            }
-        }
+        self.per_sink(&mut out, "counter", &counters);
         let _ = writeln!(
             out,
             "# HELP spillway_in_flight_messages Polled messages not yet confirmed.\n# TYPE spillway_in_flight_messages gauge"
@@ -406,7 +393,7 @@ impl Merged {
                 );
             }
         }
-        let sink_gauges: [Counter; 2] = [
+        let sink_gauges: [SinkFamily; 2] = [
             (
                 "spillway_sink_objects_open",
                 "Objects a sink has open now (S3: being written or uploaded).",
@@ -418,19 +405,7 @@ impl Merged {
                 |c| c.sink_buffered_bytes,
             ),
         ];
-        for (name, help, get) in sink_gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for (shard, reports) in self.latest.iter().enumerate() {
-                for r in reports {
-                    let _ = writeln!(
-                        out,
-                        "{name}{{shard=\"{shard}\",sink=\"{}\"}} {}",
-                        self.name(r.sink),
-                        get(&r.counters)
-                    );
-                }
-            }
-        }
+        self.per_sink(&mut out, "gauge", &sink_gauges);
         let gauges: [(&str, &str); 2] = [
             ("spillway_committed_offset", "Last offset stored in Iggy."),
             (
@@ -488,10 +463,30 @@ impl Merged {
         out
     }
 
+    /// Families with one sample per (shard, sink), of `kind` (`counter`, `gauge`).
+    fn per_sink(&self, out: &mut String, kind: &str, families: &[SinkFamily]) {
+        for (name, help, get) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (shard, reports) in self.latest.iter().enumerate() {
+                for r in reports {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{shard=\"{shard}\",sink=\"{}\"}} {}",
+                        self.name(r.sink),
+                        get(&r.counters)
+                    );
+                }
+            }
+        }
+    }
+
     fn name(&self, sink: usize) -> String {
         escape(self.names.get(sink).map_or("?", String::as_str))
     }
 }
+
+/// A metric family read from each (shard, sink) report: name, help, the figure.
+type SinkFamily = (&'static str, &'static str, fn(&SinkCounters) -> u64);
 
 /// The upper bounds (seconds) of the poll-to-confirm histogram's buckets: sub-millisecond to
 /// tens of milliseconds for MQTT acknowledgements, seconds to minutes for S3 objects (which

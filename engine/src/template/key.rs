@@ -15,20 +15,23 @@ use crate::message::{Message, PartitionInfo, header};
 /// S3's limit on a key, in bytes.
 pub const MAX_KEY: usize = 1024;
 
+/// The placeholders of keys; all but the last (the last offset) are also those of values.
+const KEY_NAMES: &[(&str, Name)] = &[
+    ("stream", Name::Stream),
+    ("topic", Name::Topic),
+    ("partition", Name::Partition),
+    ("date", Name::Date),
+    ("hour", Name::Hour),
+    ("minute", Name::Minute),
+    ("timestamp", Name::Timestamp),
+    ("first_offset", Name::FirstOffset),
+    ("ext", Name::Ext),
+    ("last_offset", Name::LastOffset),
+];
+
 /// What a key template takes.
 pub const VOCABULARY: Vocabulary = Vocabulary {
-    names: &[
-        ("stream", Name::Stream),
-        ("topic", Name::Topic),
-        ("partition", Name::Partition),
-        ("date", Name::Date),
-        ("hour", Name::Hour),
-        ("minute", Name::Minute),
-        ("timestamp", Name::Timestamp),
-        ("first_offset", Name::FirstOffset),
-        ("last_offset", Name::LastOffset),
-        ("ext", Name::Ext),
-    ],
+    names: KEY_NAMES,
     header: true,
     json: false,
 };
@@ -172,17 +175,7 @@ fn render_fields(
 /// What a value template (`s3.user_metadata`, `s3.tags`) takes: what a key takes but the last
 /// offset, which is not known when a multipart upload begins.
 pub const VALUE_VOCABULARY: Vocabulary = Vocabulary {
-    names: &[
-        ("stream", Name::Stream),
-        ("topic", Name::Topic),
-        ("partition", Name::Partition),
-        ("date", Name::Date),
-        ("hour", Name::Hour),
-        ("minute", Name::Minute),
-        ("timestamp", Name::Timestamp),
-        ("first_offset", Name::FirstOffset),
-        ("ext", Name::Ext),
-    ],
+    names: KEY_NAMES.split_at(KEY_NAMES.len() - 1).0,
     header: true,
     json: false,
 };
