@@ -361,7 +361,13 @@ impl Flow {
             self.cfg.stream,
             self.cfg.topic
         );
-        self.add_part(partition, stored, next, now);
+        let slot = self.add_part(partition, stored, next, now);
+        // The tracker starts past what the sink already holds, but Iggy still has its own
+        // stored offset: keep that one, so the sink's offset is stored at the next commit
+        // (else a partition with nothing new to poll would keep its old offset in Iggy).
+        if let Some(part) = self.part_mut(slot) {
+            part.stored = found.stored;
+        }
         self.check_ready();
     }
 

@@ -592,6 +592,29 @@ fn a_stored_offset_and_a_sink_marker_decide_where_a_partition_resumes() {
     assert_eq!(flow.next_poll(PartitionId(1)), Some(Offset(10)));
     assert_eq!(flow.next_poll(PartitionId(2)), Some(Offset(100)));
     assert_eq!(flow.next_poll(PartitionId(3)), Some(Offset(21)));
+    // Iggy still has 9 for it; the sink's 20 is stored at the next commit, with nothing new
+    // to poll (before, the flow took 20 as stored and Iggy kept 9: a restart with no new
+    // messages never moved it, seen in the S3 SIGKILL test).
+    assert_eq!(flow.stored(PartitionId(3)), Some(Offset(9)));
+    let later = t0 + Duration::from_secs(60);
+    let mut stores = Vec::new();
+    for _ in 0..10 {
+        match flow.poll_action(later) {
+            Action::Store {
+                slot,
+                partition,
+                offset,
+            } => {
+                stores.push((partition, offset));
+                flow.handle_stored(later, slot, offset);
+            }
+            _ => break,
+        }
+    }
+    assert!(
+        stores.contains(&(PartitionId(3), Offset(20))),
+        "stores: {stores:?}"
+    );
     assert_eq!(flow.stored(PartitionId(3)), Some(Offset(20)));
 }
 
