@@ -59,10 +59,17 @@ if ! python3 -c "import moto, moto.server, sys; sys.exit(moto.__version__ != '$M
   python3 -m pip install -q "moto[server]==$MOTO_VERSION"
 fi
 
+# pyarrow: an independent Parquet reader for the S3 sink's Parquet test (e2e_s3_parquet.rs).
+PYARROW_VERSION="18.1.0"
+if ! python3 -c "import pyarrow, pyarrow.parquet, sys; sys.exit(pyarrow.__version__ != '$PYARROW_VERSION')" 2>/dev/null; then
+  echo "setup: installing pyarrow $PYARROW_VERSION (pip)"
+  python3 -m pip install -q "pyarrow==$PYARROW_VERSION"
+fi
+
 CARGO_DEB_VERSION="3.8.0"
 if ! (command -v cargo-deb >/dev/null 2>&1 && cargo deb --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"); then
   echo "setup: installing cargo-deb $CARGO_DEB_VERSION (cargo install, a few minutes the first time)"
   cargo install "cargo-deb@$CARGO_DEB_VERSION" --locked
 fi
 
-echo "setup: mosquitto $(mosquitto -h 2>/dev/null | head -n1 | awk '{print $3}'), s3s-fs $S3S_VERSION, cargo-fuzz $CARGO_FUZZ_VERSION, cargo-deb $CARGO_DEB_VERSION ready"
+echo "setup: mosquitto $(mosquitto -h 2>/dev/null | head -n1 | awk '{print $3}'), s3s-fs $S3S_VERSION, pyarrow $PYARROW_VERSION, cargo-fuzz $CARGO_FUZZ_VERSION, cargo-deb $CARGO_DEB_VERSION ready"

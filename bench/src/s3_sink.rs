@@ -167,17 +167,25 @@ enum Client {
     OursSingle,
     /// The engine, `raw` format (payloads one per line), uncompressed.
     OursRaw,
+    /// The engine, `parquet` format.
+    OursParquet(Pq),
     Uploader,
     Peer,
 }
 
 impl Client {
+    /// The engine's rows (not the uploads of its bytes).
+    fn is_ours(self) -> bool {
+        !matches!(self, Client::Uploader | Client::Peer)
+    }
+
     fn name(self) -> String {
         match self {
             Client::Ours(c) => format!("ours, json_lines, {}", c.name()),
             Client::OursWith(i) => format!("ours, json_lines, none, {}", i.name()),
             Client::OursSingle => "ours, json_lines, none, 8 MiB objects (PutObject)".to_owned(),
             Client::OursRaw => "ours, raw, none".to_owned(),
+            Client::OursParquet(pq) => format!("ours, parquet, {}", pq.name()),
             Client::Uploader => LIMIT.to_owned(),
             Client::Peer => PEER.to_owned(),
         }
@@ -189,8 +197,55 @@ impl Client {
             Client::OursWith(i) => format!("ours-none-{}", i.tag()),
             Client::OursSingle => "ours-single".to_owned(),
             Client::OursRaw => "ours-raw".to_owned(),
+            Client::OursParquet(pq) => format!("ours-parquet-{}", pq.tag()),
             Client::Uploader => "uploader".to_owned(),
             Client::Peer => "peer".to_owned(),
+        }
+    }
+}
+
+/// The Parquet variants measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pq {
+    /// Metadata, headers and the payload as binary, zstd pages (the defaults).
+    Zstd,
+    /// The same with snappy pages.
+    Snappy,
+    /// zstd, the payload's fields as typed columns (seq, device, site, temp, status) instead
+    /// of the payload: one JSON parse per message.
+    Typed,
+}
+
+impl Pq {
+    fn name(self) -> &'static str {
+        match self {
+            Pq::Zstd => "zstd, payload binary",
+            Pq::Snappy => "snappy, payload binary",
+            Pq::Typed => "zstd, 5 typed columns, no payload",
+        }
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            Pq::Zstd => "zstd",
+            Pq::Snappy => "snappy",
+            Pq::Typed => "typed",
+        }
+    }
+
+    /// The `[sink.s3.parquet]` of the variant.
+    fn config(self) -> &'static str {
+        match self {
+            Pq::Zstd => "[sink.s3.parquet]\ncompression = \"zstd\"",
+            Pq::Snappy => "[sink.s3.parquet]\ncompression = \"snappy\"",
+            Pq::Typed => {
+                "[sink.s3.parquet]\ncompression = \"zstd\"\npayload = \"none\"\n\
+                 [[sink.s3.parquet.columns]]\nname = \"seq\"\npointer = \"/seq\"\ntype = \"int64\"\n\
+                 [[sink.s3.parquet.columns]]\nname = \"device\"\npointer = \"/device\"\ntype = \"string\"\n\
+                 [[sink.s3.parquet.columns]]\nname = \"site\"\npointer = \"/site\"\ntype = \"string\"\n\
+                 [[sink.s3.parquet.columns]]\nname = \"temp\"\npointer = \"/temp\"\ntype = \"float64\"\n\
+                 [[sink.s3.parquet.columns]]\nname = \"status\"\npointer = \"/status\"\ntype = \"string\""
+            }
         }
     }
 }
@@ -367,7 +422,11 @@ fn one(
     let bucket = fx.s3.bucket_dir();
     let name = format!("s3sink-{}-{run}", client.tag());
     match client {
-        Client::Ours(_) | Client::OursWith(_) | Client::OursSingle | Client::OursRaw => {
+        Client::Ours(_)
+        | Client::OursWith(_)
+        | Client::OursSingle
+        | Client::OursRaw
+        | Client::OursParquet(_) => {
             let (codec, integrity) = match client {
                 Client::OursWith(i) => (Codec::None, i),
                 Client::Ours(c) => (c, ours::Integrity::Crc32c),
@@ -385,15 +444,27 @@ fn one(
                 integrity,
                 core: fx.core,
                 single: client == Client::OursSingle,
-                raw: client == Client::OursRaw,
+                format: match client {
+                    Client::OursRaw => "raw",
+                    Client::OursParquet(_) => "parquet",
+                    _ => "json_lines",
+                },
+                extra: match client {
+                    Client::OursParquet(pq) => pq.config(),
+                    _ => "",
+                },
             })?;
             let dir = bucket.join(&name);
             let keep = client == Client::Ours(Codec::None) && json.is_none();
-            let stored = data::read_objects(&dir, codec, keep)?;
+            let stored = if matches!(client, Client::OursParquet(_)) {
+                data::read_parquet(&dir)?
+            } else {
+                data::read_objects(&dir, codec, keep)?
+            };
             remove(&dir)?;
             if stored.lines != fx.plan.messages() {
                 return Err(format!(
-                    "{name}: {} JSON lines in {} objects, not {}",
+                    "{name}: {} records in {} objects, not {}",
                     stored.lines,
                     stored.objects,
                     fx.plan.messages()
@@ -464,10 +535,7 @@ fn summary_table(summaries: &[Summary]) -> String {
                 format!("{:.1}", s.object_mb_s),
                 format!("{:.3}", s.cpu_s_per_gib),
                 pct(s.server_percent),
-                if matches!(
-                    s.client,
-                    Client::Ours(_) | Client::OursWith(_) | Client::OursSingle | Client::OursRaw
-                ) {
+                if s.client.is_ours() {
                     pct(s.stand_in_percent)
                 } else {
                     "-".to_owned()
@@ -529,6 +597,9 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         Client::OursWith(ours::Integrity::Signed),
         Client::OursSingle,
         Client::OursRaw,
+        Client::OursParquet(Pq::Zstd),
+        Client::OursParquet(Pq::Snappy),
+        Client::OursParquet(Pq::Typed),
         Client::Uploader,
     ];
     if peer::AVAILABLE {
@@ -538,13 +609,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         let only: Vec<&str> = only.split(',').map(str::trim).collect();
         clients.retain(|c| only.contains(&c.tag().as_str()));
         // The others upload the bytes of ours' first uncompressed run.
-        if clients.iter().any(|c| {
-            !matches!(
-                c,
-                Client::Ours(_) | Client::OursWith(_) | Client::OursSingle | Client::OursRaw
-            )
-        }) && !clients.contains(&Client::Ours(Codec::None))
-        {
+        if clients.iter().any(|c| !c.is_ours()) && !clients.contains(&Client::Ours(Codec::None)) {
             clients.insert(0, Client::Ours(Codec::None));
         }
     }
@@ -710,6 +775,54 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
             ] {
                 rows.push(Row::alone(&scenario, metric, value, unit, better));
             }
+        }
+    }
+    // Parquet against json_lines with zstd, on the same data: speed, CPU and object size.
+    let zstd_lines = find(Client::Ours(Codec::Zstd));
+    for pq in [Pq::Zstd, Pq::Snappy, Pq::Typed] {
+        let Some(o) = find(Client::OursParquet(pq)) else {
+            continue;
+        };
+        let scenario = format!("iggy_to_s3_{payload_name}_1KiB_parquet_{}", pq.tag());
+        for (metric, unit, better, ours, peer) in [
+            (
+                "MB_per_s",
+                "MB/s of payload",
+                Better::Higher,
+                o.payload_mb_s,
+                zstd_lines.map(|z| z.payload_mb_s),
+            ),
+            (
+                "cpu_s_per_GiB",
+                "CPU s/GiB of payload",
+                Better::Lower,
+                o.cpu_s_per_gib,
+                zstd_lines.map(|z| z.cpu_s_per_gib),
+            ),
+            (
+                "stored_per_payload",
+                "object bytes per payload byte",
+                Better::Lower,
+                o.size_ratio,
+                zstd_lines.map(|z| z.size_ratio),
+            ),
+            (
+                "rss_rise_MiB",
+                "MiB of RSS over the process's start level",
+                Better::Lower,
+                o.rss_growth_mib,
+                zstd_lines.map(|z| z.rss_growth_mib),
+            ),
+        ] {
+            rows.push(Row {
+                scenario: scenario.clone(),
+                metric,
+                ours,
+                peer: peer.unwrap_or(f64::NAN),
+                peer_name: "ours, json_lines, zstd",
+                unit,
+                better,
+            });
         }
     }
     if let (Some(o), Some(l)) = (find(Client::Ours(Codec::None)), limit) {

@@ -168,7 +168,7 @@ pub struct Stored {
     pub objects: usize,
     /// Bytes stored (compressed).
     pub bytes: u64,
-    /// JSON lines after decompression.
+    /// Records: JSON lines after decompression, or Parquet rows.
     pub lines: u64,
     /// The decompressed bytes, when asked for.
     pub json: Option<Vec<u8>>,
@@ -204,6 +204,25 @@ pub fn read_objects(dir: &Path, codec: Codec, keep: bool) -> Result<Stored, Stri
         if let Some(json) = &mut stored.json {
             json.extend_from_slice(&text);
         }
+    }
+    Ok(stored)
+}
+
+/// The Parquet objects under `dir`: their bytes, and their rows counted from each footer
+/// (every object must be a whole Parquet file).
+pub fn read_parquet(dir: &Path) -> Result<Stored, String> {
+    use parquet::file::reader::FileReader as _;
+    let mut stored = Stored::default();
+    for path in object_files(dir)? {
+        let file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        stored.bytes += file
+            .metadata()
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .len();
+        let reader = parquet::file::reader::SerializedFileReader::new(file)
+            .map_err(|e| format!("{}: not a Parquet file: {e}", path.display()))?;
+        stored.objects += 1;
+        stored.lines += u64::try_from(reader.metadata().file_metadata().num_rows()).unwrap_or(0);
     }
     Ok(stored)
 }

@@ -43,8 +43,10 @@ pub struct Job<'a> {
     pub core: usize,
     /// Objects of one part (`max_object_size = part_size`): each one PutObject.
     pub single: bool,
-    /// The `raw` format (each payload and a line break) instead of json_lines.
-    pub raw: bool,
+    /// `s3.format`: `json_lines`, `raw` (each payload and a line break), `parquet`.
+    pub format: &'static str,
+    /// More `[sink.s3]` lines (and tables after them): the Parquet writer's settings.
+    pub extra: &'static str,
 }
 
 /// The wire integrity modes of the S3 sink, each measured for its CPU.
@@ -142,6 +144,7 @@ parts_in_flight = {PARTS_IN_FLIGHT}
 idle_flush = "1s"
 request_attempts = {attempts}
 {integrity}
+{extra}
 "#,
         iggy = job.iggy.addr(),
         user = job.iggy.username(),
@@ -161,7 +164,8 @@ request_attempts = {attempts}
         sk = job.s3.secret_key(),
         codec = job.codec.name(),
         max_object = if job.single { PART } else { MAX_OBJECT },
-        format = if job.raw { "raw" } else { "json_lines" },
+        format = job.format,
+        extra = job.extra,
         integrity = job.integrity.config(),
         attempts = std::env::var(ATTEMPTS_ENV)
             .ok()

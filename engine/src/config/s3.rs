@@ -22,7 +22,123 @@ pub enum Format {
     Raw,
     /// RFC 4180 CSV with a header line.
     Csv,
+    /// Apache Parquet: columns for the metadata, headers and payload, plus typed columns from
+    /// JSON payloads (`[sink.s3.parquet]`).
+    Parquet,
 }
+
+/// The page codec of Parquet objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ParquetCompression {
+    /// Pages stored as encoded.
+    None,
+    /// Snappy pages.
+    Snappy,
+    /// zstd pages.
+    #[default]
+    Zstd,
+}
+
+/// How the payload is stored in a Parquet object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ParquetPayload {
+    /// A BYTE_ARRAY column (`binary`): every payload as it is.
+    #[default]
+    Binary,
+    /// A UTF-8 string column; a payload that is not UTF-8 goes to `on_error`.
+    String,
+    /// No payload column (the typed columns carry what is wanted).
+    None,
+}
+
+/// The type of a column taken from JSON payloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ColumnType {
+    /// A JSON string.
+    String,
+    /// A JSON integer within i64.
+    Int64,
+    /// Any JSON number (as f64).
+    Float64,
+    /// `true` or `false`.
+    Boolean,
+    /// A time: an integer of milliseconds since the Unix epoch, or an RFC 3339 string; stored
+    /// as microseconds, UTC.
+    Timestamp,
+    /// Any JSON value, as its JSON text.
+    Json,
+}
+
+/// `[[sink.s3.parquet.columns]]`: one typed column taken from JSON payloads.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParquetColumn {
+    /// The column's name (not one of the sink's own: stream, topic, partition, offset, id,
+    /// timestamp, origin_timestamp, headers, payload).
+    pub name: String,
+    /// An RFC 6901 JSON pointer into the payload (`/user/id`; `""` is the whole payload).
+    pub pointer: String,
+    /// `string`, `int64`, `float64`, `boolean`, `timestamp`, `json`.
+    #[serde(rename = "type")]
+    pub kind: ColumnType,
+    /// A message without the value (or with `null` there) goes to `on_error`; otherwise the
+    /// column is null for it.
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// `[sink.s3.parquet]`: the Parquet writer.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParquetConfig {
+    /// Page codec: `zstd`, `snappy` or `none`.
+    #[serde(default)]
+    pub compression: ParquetCompression,
+    /// zstd 1-22 (default 3).
+    pub compression_level: Option<i32>,
+    /// A row group is written once its rows hold this many bytes (payloads, headers and
+    /// metadata, before encoding); what one partition holds unencoded is at most this.
+    #[serde(default = "defaults::row_group_size")]
+    pub row_group_size: ByteSize,
+    /// ...or this many rows.
+    #[serde(default = "defaults::row_group_rows")]
+    pub row_group_rows: usize,
+    /// `binary`, `string` or `none`.
+    #[serde(default)]
+    pub payload: ParquetPayload,
+    /// Typed columns from JSON payloads.
+    #[serde(default)]
+    pub columns: Vec<ParquetColumn>,
+}
+
+impl Default for ParquetConfig {
+    fn default() -> Self {
+        ParquetConfig {
+            compression: ParquetCompression::default(),
+            compression_level: None,
+            row_group_size: defaults::row_group_size(),
+            row_group_rows: defaults::row_group_rows(),
+            payload: ParquetPayload::default(),
+            columns: Vec::new(),
+        }
+    }
+}
+
+/// The columns a Parquet object always may have; a typed column may not take their names.
+pub const PARQUET_OWN_COLUMNS: [&str; 9] = [
+    "stream",
+    "topic",
+    "partition",
+    "offset",
+    "id",
+    "timestamp",
+    "origin_timestamp",
+    "headers",
+    "payload",
+];
 
 /// Compression of objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -69,6 +185,8 @@ pub struct FormatOptions {
     pub payload: PayloadEncoding,
     /// `raw` only.
     pub framing: Framing,
+    /// `parquet` only.
+    pub parquet: ParquetConfig,
 }
 
 impl Default for FormatOptions {
@@ -81,6 +199,7 @@ impl Default for FormatOptions {
             headers: true,
             payload: PayloadEncoding::Auto,
             framing: Framing::default(),
+            parquet: ParquetConfig::default(),
         }
     }
 }
@@ -243,7 +362,7 @@ pub struct S3SinkConfig {
     /// an IANA zone like `"Europe/Berlin"`.
     #[serde(default)]
     pub time_zone: KeyZone,
-    /// `json_lines`, `json_array`, `raw`, `csv`.
+    /// `json_lines`, `json_array`, `raw`, `csv`, `parquet`.
     #[serde(default)]
     pub format: Format,
     /// `none`, `gzip`, `zstd`.
@@ -266,6 +385,9 @@ pub struct S3SinkConfig {
     /// `raw`: a 4-byte big-endian length before each payload instead of a separator.
     #[serde(default)]
     pub length_prefix: bool,
+    /// `format = "parquet"`: the writer and the columns.
+    #[serde(default)]
+    pub parquet: ParquetConfig,
     /// Close an object at this many output (compressed) bytes.
     #[serde(default = "defaults::max_object_size")]
     pub max_object_size: ByteSize,
@@ -446,6 +568,7 @@ impl S3SinkConfig {
             } else {
                 Framing::Separator(self.separator.as_bytes().to_vec())
             },
+            parquet: self.parquet.clone(),
         }
     }
 }
@@ -498,6 +621,12 @@ mod defaults {
     }
     pub fn retry_min() -> Dur {
         Dur(Duration::from_millis(200))
+    }
+    pub fn row_group_size() -> ByteSize {
+        ByteSize(8 << 20)
+    }
+    pub fn row_group_rows() -> usize {
+        1 << 20
     }
     pub fn retry_max() -> Dur {
         Dur(Duration::from_secs(30))

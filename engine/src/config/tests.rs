@@ -311,7 +311,11 @@ fn an_s3_sink_loads_with_defaults_and_names_its_mistakes() {
         )
     };
     let cases: [(String, &str, &str); 14] = [
-        (with("format = \"parquet\""), "sink[0].s3.format", "parquet"),
+        (
+            with("format = \"parquet\"\ncompression = \"zstd\""),
+            "sink[0].s3.compression",
+            "s3.parquet.compression",
+        ),
         (dead_letter(""), "sink[0].s3.dead_letter_prefix", "missing"),
         (
             dead_letter("prefix = \"p/\"\ndead_letter_prefix = \"p/\""),
@@ -455,6 +459,84 @@ fn env_variables_in_values_are_replaced_and_an_unset_one_names_its_key() {
         panic!("a string window_messages was taken");
     };
     assert_eq!(e.key, "sink[0].window_messages");
+}
+
+#[test]
+fn parquet_settings_load_and_their_mistakes_name_the_key() {
+    let with = |extra: &str| format!("{S3}{extra}\n");
+    let c = parse_with(
+        &with(
+            "format = \"parquet\"\n[sink.s3.parquet]\ncompression = \"snappy\"\n\
+             row_group_size = \"1MiB\"\npayload = \"string\"\n[[sink.s3.parquet.columns]]\n\
+             name = \"user\"\npointer = \"/user/id\"\ntype = \"int64\"\nrequired = true",
+        ),
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let s = c.sinks[0]
+        .s3
+        .as_ref()
+        .unwrap_or_else(|| panic!("no [sink.s3]"));
+    assert_eq!(s.format, Format::Parquet);
+    assert_eq!(s.parquet.compression, super::ParquetCompression::Snappy);
+    assert_eq!(s.parquet.row_group_size.0, 1 << 20);
+    assert_eq!(s.parquet.row_group_rows, 1 << 20);
+    assert_eq!(s.parquet.payload, super::ParquetPayload::String);
+    assert_eq!(s.parquet.columns[0].kind, super::ColumnType::Int64);
+    assert!(s.parquet.columns[0].required);
+    let pq = |table: &str| with(&format!("format = \"parquet\"\n{table}"));
+    let column = |name: &str, pointer: &str| {
+        pq(&format!(
+            "[[sink.s3.parquet.columns]]\nname = \"{name}\"\npointer = \"{pointer}\"\ntype = \"string\""
+        ))
+    };
+    let cases = [
+        (
+            with("[sink.s3.parquet]\ncompression = \"none\""),
+            "sink[0].s3.parquet",
+            "only for format = \"parquet\"",
+        ),
+        (
+            pq("[sink.s3.parquet]\ncompression = \"snappy\"\ncompression_level = 3"),
+            "sink[0].s3.parquet.compression_level",
+            "only for parquet.compression = \"zstd\"",
+        ),
+        (
+            pq("[sink.s3.parquet]\ncompression_level = 30"),
+            "sink[0].s3.parquet.compression_level",
+            "1 to 22",
+        ),
+        (
+            pq("[sink.s3.parquet]\nrow_group_rows = 0"),
+            "sink[0].s3.parquet.row_group_rows",
+            "at least 1",
+        ),
+        (
+            column("offset", "/o"),
+            "sink[0].s3.parquet.columns[0]",
+            "the sink's own columns",
+        ),
+        (
+            column("x", "o"),
+            "sink[0].s3.parquet.columns[0]",
+            "not a JSON pointer",
+        ),
+        (
+            pq("[[sink.s3.parquet.columns]]\nname = \"x\"\npointer = \"/x\"\ntype = \"decimal\""),
+            "sink[0].s3.parquet.columns",
+            "decimal",
+        ),
+        (
+            pq("metadata = false\n[sink.s3.parquet]\npayload = \"none\""),
+            "sink[0].s3.parquet.payload",
+            "no column",
+        ),
+    ];
+    for (text, key, needle) in cases {
+        let e = error_of(&text);
+        assert!(e.key.starts_with(key), "{key}: {e}");
+        assert!(e.message.contains(needle), "{needle:?} not in: {e}");
+    }
 }
 
 #[test]

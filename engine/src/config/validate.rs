@@ -674,5 +674,82 @@ fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
             "is only for format = \"raw\"",
         ));
     }
+    parquet(c, &key)
+}
+
+/// `[sink.s3.parquet]`, and what `format = "parquet"` rules out.
+fn parquet(c: &super::S3SinkConfig, key: &dyn Fn(&str) -> String) -> Result<(), Problem> {
+    let pq = &c.parquet;
+    if c.format != super::Format::Parquet {
+        if *pq != super::ParquetConfig::default() {
+            return Err(problem(key("parquet"), "is only for format = \"parquet\""));
+        }
+        return Ok(());
+    }
+    if c.compression != super::Compression::None {
+        return Err(problem(
+            key("compression"),
+            "a Parquet object compresses its pages: set s3.parquet.compression (zstd, snappy, none) and leave s3.compression out",
+        ));
+    }
+    match (pq.compression, pq.compression_level) {
+        (super::ParquetCompression::Zstd, Some(l)) if !(1..=22).contains(&l) => {
+            return Err(problem(
+                key("parquet.compression_level"),
+                format!("{l} is out of range for zstd: use 1 to 22"),
+            ));
+        }
+        (super::ParquetCompression::Zstd, _) | (_, None) => {}
+        (_, Some(_)) => {
+            return Err(problem(
+                key("parquet.compression_level"),
+                "is only for parquet.compression = \"zstd\"",
+            ));
+        }
+    }
+    if pq.row_group_size.0 == 0 || pq.row_group_size.0 > 1 << 30 {
+        return Err(problem(
+            key("parquet.row_group_size"),
+            "must be more than 0 bytes and at most 1 GiB",
+        ));
+    }
+    if pq.row_group_rows == 0 {
+        return Err(problem(key("parquet.row_group_rows"), "must be at least 1"));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, col) in pq.columns.iter().enumerate() {
+        let at = key(&format!("parquet.columns[{i}]"));
+        if col.name.is_empty() {
+            return Err(problem(at, "name is empty"));
+        }
+        if super::PARQUET_OWN_COLUMNS.contains(&col.name.as_str()) {
+            return Err(problem(
+                at,
+                format!(
+                    "the name {:?} is one of the sink's own columns ({}); choose another",
+                    col.name,
+                    super::PARQUET_OWN_COLUMNS.join(", ")
+                ),
+            ));
+        }
+        if !seen.insert(col.name.as_str()) {
+            return Err(problem(at, format!("a second column named {:?}", col.name)));
+        }
+        if !col.pointer.is_empty() && !col.pointer.starts_with('/') {
+            return Err(problem(
+                at,
+                format!(
+                    "pointer {:?} is not a JSON pointer: it starts with / (\"/user/id\"), or is \"\" for the whole payload",
+                    col.pointer
+                ),
+            ));
+        }
+    }
+    if pq.payload == super::ParquetPayload::None && pq.columns.is_empty() && !c.metadata {
+        return Err(problem(
+            key("parquet.payload"),
+            "\"none\" with no typed columns and metadata = false leaves no column to write",
+        ));
+    }
     Ok(())
 }

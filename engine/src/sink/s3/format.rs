@@ -30,6 +30,9 @@
 //!   a reader cannot tell a base64 payload from a text payload that looks like base64: use
 //!   `payload = "base64"` (or a JSON format) when binary payloads must be told apart.
 //!
+//! - `parquet` (`application/vnd.apache.parquet`, `.parquet`): see [`parquet`]; its pages are
+//!   compressed by the Parquet codec (`s3.parquet.compression`), never the object as a whole.
+//!
 //! Compression is streaming, with the codec contexts kept across objects: gzip (RFC 1952, one
 //! member per object, deflate by miniz_oxide) and zstd (one frame per object, with its content
 //! checksum). The encoded bytes go straight from the codec into the output buffer that
@@ -63,6 +66,8 @@ pub use crate::config::{Compression, Format, FormatOptions, Framing};
 use crate::json;
 use crate::message::{Message, PartitionInfo};
 
+mod parquet;
+
 /// The least free room handed to a codec for one step.
 const MIN_ROOM: usize = 8 * 1024;
 /// How much the output buffer grows when a codec needs room.
@@ -95,6 +100,8 @@ pub struct Encoder {
     last_len: Option<usize>,
     /// Between begin() and finish().
     open: bool,
+    /// `parquet`: the row groups and the footer.
+    parquet: Option<Box<parquet::ParquetWriter>>,
 }
 
 impl fmt::Debug for Encoder {
@@ -139,7 +146,23 @@ impl Encoder {
                 Codec::Zstd(Box::new(zstd))
             }
         };
+        let parquet = match opts.format {
+            Format::Parquet => {
+                if opts.compression != Compression::None {
+                    return Err("a Parquet object compresses its pages: set \
+                                s3.parquet.compression and leave s3.compression out"
+                        .to_owned());
+                }
+                Some(Box::new(parquet::ParquetWriter::new(
+                    &opts.parquet,
+                    opts.metadata,
+                    opts.headers,
+                )?))
+            }
+            _ => None,
+        };
         Ok(Encoder {
+            parquet,
             opts,
             level,
             sink: Sink {
@@ -180,7 +203,25 @@ impl Encoder {
                 self.scratch.extend_from_slice(b"payload\r\n");
                 self.sink.write(&self.scratch);
             }
+            Format::Parquet => {
+                let head = match self.parquet.as_mut().map(|p| p.begin()) {
+                    Some(Ok(head)) => head,
+                    Some(Err(e)) => return self.sink.fail(e),
+                    None => return self.sink.fail("parquet: no writer".to_owned()),
+                };
+                self.sink.write(&head);
+            }
             Format::JsonLines | Format::Raw => {}
+        }
+    }
+
+    /// Whether `m` can be written as a record; the reason if not. Only `parquet` refuses
+    /// messages (a typed column without its value, a payload that does not fit; see
+    /// [`parquet`]); a message refused goes to `on_error`, and the object is as it was.
+    pub fn admit(&mut self, m: &Message) -> Result<(), String> {
+        match self.parquet.as_mut() {
+            Some(p) => p.admit(m),
+            None => Ok(()),
         }
     }
 
@@ -190,6 +231,23 @@ impl Encoder {
             self.begin();
         }
         let before = self.sink.out.filled;
+        if let Some(pq) = self.parquet.as_mut() {
+            self.last_len = None;
+            if self.sink.error.is_some() {
+                return;
+            }
+            if let Err(e) = pq.push(p, m) {
+                return self.sink.fail(e);
+            }
+            self.records += 1;
+            if pq.row_group_full() {
+                match pq.flush() {
+                    Ok(group) => self.sink.write(&group),
+                    Err(e) => self.sink.fail(e),
+                }
+            }
+            return;
+        }
         let o = &self.opts;
         if matches!(o.format, Format::JsonLines | Format::JsonArray)
             && matches!(self.sink.codec, Codec::None)
@@ -227,6 +285,8 @@ impl Encoder {
                 self.json.record(out, record_options(o), p, m);
             }
             Format::Csv => csv_record(out, &mut self.field, o, p, m),
+            // Written above.
+            Format::Parquet => {}
             Format::Raw => {
                 // Straight to the sink: no copy of the payload into the scratch buffer.
                 match &o.framing {
@@ -313,6 +373,20 @@ impl Encoder {
         self.sink.out.filled as u64
     }
 
+    /// What the encoder holds for the current object: the output not taken yet, and for
+    /// `parquet` the rows not yet written as a row group (their size as they came).
+    pub fn held(&self) -> u64 {
+        self.waiting() + self.parquet.as_ref().map_or(0, |p| p.held())
+    }
+
+    /// The object's size so far, as rotation by `max_object_size` counts it: the output
+    /// (see [`Encoder::output_len`]), and for `parquet` the rows not yet written, at their
+    /// size before encoding (so an object closed at the limit stays within it, its footer
+    /// aside).
+    pub fn size(&self) -> u64 {
+        self.output_len() + self.parquet.as_ref().map_or(0, |p| p.held())
+    }
+
     /// Uncompressed bytes encoded for this object so far.
     pub fn input_len(&self) -> u64 {
         self.sink.input
@@ -328,6 +402,14 @@ impl Encoder {
         self.last_len = None;
         if self.opts.format == Format::JsonArray {
             self.sink.write(b"]");
+        }
+        if let Some(pq) = self.parquet.as_mut()
+            && self.sink.error.is_none()
+        {
+            match pq.finish() {
+                Ok(tail) => self.sink.write(&tail),
+                Err(e) => self.sink.fail(e),
+            }
         }
         self.sink.finish();
         self.open = false;
@@ -355,6 +437,7 @@ impl Encoder {
             Format::JsonArray => "application/json",
             Format::Raw => "application/octet-stream",
             Format::Csv => "text/csv",
+            Format::Parquet => "application/vnd.apache.parquet",
         }
     }
 
@@ -375,6 +458,7 @@ impl Encoder {
             Format::JsonArray => "json",
             Format::Raw => "bin",
             Format::Csv => "csv",
+            Format::Parquet => "parquet",
         };
         match self.opts.compression {
             Compression::None => base.to_owned(),

@@ -606,7 +606,7 @@ impl S3Sink {
     /// Counts slot's encoder output and pending chunks in the sink's total anew.
     fn recount(&mut self, slot: usize) {
         if let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) {
-            let now = w.encoder.waiting() + w.open.as_ref().map_or(0, |o| o.pending_len);
+            let now = w.encoder.held() + w.open.as_ref().map_or(0, |o| o.pending_len);
             self.total.adjust(&mut w.counted, now);
         }
     }
@@ -897,6 +897,21 @@ impl S3Sink {
             if rotate_before && !self.close(slot).await {
                 return false;
             }
+            let admitted = match self.parts[slot].as_mut() {
+                Some(w) => w.encoder.admit(m),
+                None => return false,
+            };
+            if let Err(reason) = admitted {
+                // Not a record of any object: the open one is closed before it (so every
+                // object's offsets stay one range, and the rejected offset is settled after
+                // them, in offset order).
+                let open = self.parts[slot].as_ref().is_some_and(|w| w.open.is_some());
+                if open && !self.close(slot).await {
+                    return false;
+                }
+                self.reject(slot, m, reason);
+                return true;
+            }
             let opens = self.parts[slot].as_ref().is_some_and(|w| w.open.is_none());
             if opens && let Err(reason) = self.probe_key(slot, m) {
                 self.reject(slot, m, reason);
@@ -926,7 +941,7 @@ impl S3Sink {
                 });
             }
             w.encoder.push(&w.info, m);
-            if w.encoder.output_len() > self.cfg.max_object_size.0 && w.encoder.unpush() {
+            if w.encoder.size() > self.cfg.max_object_size.0 && w.encoder.unpush() {
                 // Full without `m`: closed as it is (so it needs no part past max_object_size,
                 // and one that fits a part goes out as one PutObject); `m` starts the next.
                 if !self.close(slot).await {
@@ -934,7 +949,7 @@ impl S3Sink {
                 }
                 continue;
             }
-            let output_len = w.encoder.output_len();
+            let output_len = w.encoder.size();
             let waiting = w.encoder.waiting();
             let Some(open) = w.open.as_mut() else {
                 return false;

@@ -900,6 +900,7 @@ fn empty_objects_are_valid() {
                 Format::JsonArray => b"[]",
                 Format::Csv => b"stream,topic,partition,offset,id,timestamp,origin_timestamp,headers,payload\r\n",
                 Format::JsonLines | Format::Raw => b"",
+                Format::Parquet => unreachable!("parquet has tests of its own"),
             };
             assert_eq!(data, expected, "{format:?} {compression:?}");
             assert_eq!(enc.input_len(), expected.len() as u64);
@@ -1016,19 +1017,20 @@ fn content_type_encoding_and_extension() {
 #[test]
 fn options_deserialize_from_snake_case() {
     let f: Vec<Format> =
-        serde_json::from_str(r#"["json_lines","json_array","raw","csv"]"#).unwrap();
+        serde_json::from_str(r#"["json_lines","json_array","raw","csv","parquet"]"#).unwrap();
     assert_eq!(
         f,
         [
             Format::JsonLines,
             Format::JsonArray,
             Format::Raw,
-            Format::Csv
+            Format::Csv,
+            Format::Parquet
         ]
     );
     let c: Vec<Compression> = serde_json::from_str(r#"["none","gzip","zstd"]"#).unwrap();
     assert_eq!(c, [Compression::None, Compression::Gzip, Compression::Zstd]);
-    assert!(serde_json::from_str::<Format>(r#""parquet""#).is_err());
+    assert!(serde_json::from_str::<Format>(r#""avro""#).is_err());
     assert_eq!(Format::default(), Format::JsonLines);
     assert_eq!(Compression::default(), Compression::None);
     assert_eq!(Framing::default(), Framing::Separator(b"\n".to_vec()));
