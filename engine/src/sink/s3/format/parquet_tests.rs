@@ -338,3 +338,66 @@ fn object_compression_is_refused_with_parquet() {
     .unwrap_err();
     assert!(err.contains("s3.parquet.compression"), "{err}");
 }
+
+use proptest::prelude::Strategy as _;
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+    /// Whatever a producer sends (any payload bytes, any header bytes, JSON or not), a message
+    /// is either refused with a reason or becomes a row, and the object always reads back
+    /// whole, with one row per message admitted and the payloads as they were.
+    #[test]
+    fn any_payload_and_headers_make_a_row_or_a_reason(
+        msgs in proptest::collection::vec(
+            (
+                proptest::prop_oneof![
+                    proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+                    proptest::string::string_regex(r#"\{"a":(-?[0-9]{1,20}(\.[0-9]{1,3})?|"[a-z]{0,5}"|true|null|\[1\]),"t":("2026-0[1-9]-1[0-9]T0[0-9]:00:00Z"|[0-9]{1,15}|"x")\}"#).unwrap()
+                        .prop_map(String::into_bytes)
+                ],
+                proptest::collection::vec(proptest::prelude::any::<u8>(), 0..24),
+            ),
+            0..40,
+        )
+    ) {
+        let mut e = Encoder::new(opts(ParquetConfig {
+            row_group_rows: 7,
+            columns: vec![
+                col("a_int", "/a", ColumnType::Int64, false),
+                col("a_num", "/a", ColumnType::Float64, false),
+                col("a_text", "/a", ColumnType::String, false),
+                col("a_json", "/a", ColumnType::Json, true),
+                col("t", "/t", ColumnType::Timestamp, false),
+            ],
+            ..ParquetConfig::default()
+        }))
+        .unwrap();
+        let p = part();
+        e.begin();
+        let mut out = Vec::new();
+        let mut admitted = Vec::new();
+        for (o, (payload, headers)) in msgs.iter().enumerate() {
+            let m = msg(o as u64, payload, Bytes::copy_from_slice(headers));
+            match e.admit(&m) {
+                Ok(()) => {
+                    e.push(&p, &m);
+                    admitted.push(m.payload.clone());
+                }
+                Err(reason) => proptest::prop_assert!(!reason.is_empty()),
+            }
+            out.extend_from_slice(&e.take());
+        }
+        out.extend_from_slice(&e.finish());
+        proptest::prop_assert_eq!(e.error(), None);
+        let (batches, _) = read(out);
+        let payloads: Vec<Bytes> = batches
+            .iter()
+            .flat_map(|b| {
+                let col = b.column_by_name("payload").unwrap().as_binary::<i32>().clone();
+                (0..b.num_rows()).map(move |i| Bytes::copy_from_slice(col.value(i)))
+            })
+            .collect();
+        proptest::prop_assert_eq!(payloads, admitted);
+    }
+}
