@@ -401,6 +401,15 @@ pub struct S3SinkConfig {
     /// ...or when no message came for this long (wall clock; `"0s"`: off).
     #[serde(default = "defaults::idle_flush")]
     pub idle_flush: Dur,
+    /// A key that splits (`{header.NAME}`, `{json./POINTER}`): objects open at once per
+    /// partition, one per distinct set of values; the oldest is closed for a new one.
+    #[serde(default = "defaults::max_open_objects")]
+    pub max_open_objects: usize,
+    /// A key that splits: the oldest open object is closed once the partition is this many
+    /// messages past its first (until then the engine tracks each of them, and the
+    /// partition's stored offset stays before it).
+    #[serde(default = "defaults::max_split_lag")]
+    pub max_split_lag: u64,
     /// `flush` or `leave` open objects on shutdown.
     #[serde(default)]
     pub on_shutdown: OnShutdown,
@@ -600,6 +609,12 @@ mod defaults {
     }
     pub fn max_object_size() -> ByteSize {
         ByteSize(64 << 20)
+    }
+    pub fn max_open_objects() -> usize {
+        16
+    }
+    pub fn max_split_lag() -> u64 {
+        1_000_000
     }
     pub fn idle_flush() -> Dur {
         Dur(Duration::from_secs(30))

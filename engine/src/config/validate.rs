@@ -593,6 +593,12 @@ fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
     if c.max_object_size.0 == 0 {
         return Err(problem(key("max_object_size"), "must be more than 0 bytes"));
     }
+    if c.max_open_objects == 0 || c.max_open_objects > 4096 {
+        return Err(problem(key("max_open_objects"), "must be 1 to 4096"));
+    }
+    if c.max_split_lag == 0 {
+        return Err(problem(key("max_split_lag"), "must be at least 1 message"));
+    }
     if c.request_timeout.0 < std::time::Duration::from_millis(100) {
         return Err(problem(key("request_timeout"), "must be at least 100ms"));
     }

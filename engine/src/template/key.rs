@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use jiff::Timestamp;
 use jiff::tz::{Offset, TimeZone};
 
-use super::{Field, Name, Template, Vocabulary};
+use super::{Field, Name, Piece, Template, Vocabulary};
 use crate::message::{Message, PartitionInfo, header};
 
 /// S3's limit on a key, in bytes.
@@ -33,7 +33,7 @@ const KEY_NAMES: &[(&str, Name)] = &[
 pub const VOCABULARY: Vocabulary = Vocabulary {
     names: KEY_NAMES,
     header: true,
-    json: false,
+    json: true,
 };
 
 /// The default `s3.key`.
@@ -55,6 +55,10 @@ pub struct KeyInput<'a> {
     pub last_offset: Option<u64>,
     /// The file extension of the format and compression.
     pub ext: &'a str,
+    /// The object's values of the template's `{header.NAME}` and `{json./POINTER}` fields, in
+    /// their order ([`KeyTemplate::split_values`]): every message of a split object has them.
+    /// `None`: taken from `first`.
+    pub split: Option<&'a [String]>,
 }
 
 impl KeyTemplate {
@@ -84,6 +88,56 @@ impl KeyTemplate {
     /// close, so it must fit in one part).
     pub fn needs_last_offset(&self) -> bool {
         self.0.has(Name::LastOffset)
+    }
+
+    /// Whether the key takes values from the messages (`{header.NAME}`, `{json./POINTER}`):
+    /// then a partition's messages are split into one object per distinct set of values.
+    pub fn splits(&self) -> bool {
+        self.0
+            .pieces()
+            .iter()
+            .any(|p| matches!(p, Piece::Field(Field::Header(_) | Field::Json(_))))
+    }
+
+    /// The values of `m` for the template's `{header.NAME}` and `{json./POINTER}` fields, in
+    /// their order, into `out` (cleared first); the error names the field `m` lacks.
+    pub fn split_values(&self, m: &Message, out: &mut Vec<String>) -> Result<(), String> {
+        out.clear();
+        let mut json: Option<serde_json::Value> = None;
+        for piece in self.0.pieces() {
+            match piece {
+                Piece::Field(Field::Header(name)) => match header(&m.headers, name) {
+                    Some(h) => out.push(h.value_string()),
+                    None => {
+                        return Err(format!(
+                            "the key template needs header {name:?}, which the message at offset {} does not have",
+                            m.offset
+                        ));
+                    }
+                },
+                Piece::Field(Field::Json(pointer)) => {
+                    let value = match &json {
+                        Some(v) => v,
+                        None => json.insert(serde_json::from_slice(&m.payload).map_err(|e| {
+                            format!(
+                                "the key template reads {{json.{pointer}}} but the payload at offset {} is not JSON: {e}",
+                                m.offset
+                            )
+                        })?),
+                    };
+                    let mut v = String::new();
+                    super::json_field_into(value, pointer, &mut v).map_err(|e| {
+                        format!(
+                            "the key template reads {{json.{pointer}}}: {e} (offset {})",
+                            m.offset
+                        )
+                    })?;
+                    out.push(v);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// Renders `prefix` + the template into `out` (cleared first), dates in `zone`.
@@ -125,7 +179,17 @@ fn render_fields(
         }
     };
     let mut civil = None;
+    // The object's values of the header and JSON fields, in order (a split object's).
+    let mut values = input.split.filter(|_| escape).map(|v| v.iter());
+    let mut json: Option<serde_json::Value> = None;
     t.render_into(out, |field, out| {
+        if let (Some(values), Field::Header(_) | Field::Json(_)) = (values.as_mut(), field) {
+            match values.next() {
+                Some(v) => put(out, v),
+                None => return Err("the object has fewer split values than the key template".to_owned()),
+            }
+            return Ok(());
+        }
         match field {
             Field::Named(Name::Stream) => put(out, &input.partition.stream),
             Field::Named(Name::Topic) => put(out, &input.partition.topic),
@@ -165,7 +229,21 @@ fn render_fields(
                     ));
                 }
             },
-            Field::Named(_) | Field::Json(_) => {}
+            Field::Json(pointer) => {
+                let value = match &json {
+                    Some(v) => v,
+                    None => json.insert(serde_json::from_slice(&input.first.payload).map_err(|e| {
+                        format!(
+                            "the key template reads {{json.{pointer}}} but the payload at offset {} is not JSON: {e}",
+                            input.first.offset
+                        )
+                    })?),
+                };
+                let mut v = String::new();
+                super::json_field_into(value, pointer, &mut v)?;
+                put(out, &v);
+            }
+            Field::Named(_) => {}
         }
         Ok(())
     })?;
@@ -334,6 +412,7 @@ mod tests {
             first: &m,
             last_offset: Some(99),
             ext: "jsonl.gz",
+            split: None,
         };
         t.render("raw/", &KeyZone::default(), &input, &mut out)
             .unwrap();
@@ -348,6 +427,58 @@ mod tests {
         let t = KeyTemplate::parse("{timestamp}-{partition}-{first_offset}").unwrap();
         t.render("", &plus1, &input, &mut out).unwrap();
         assert_eq!(out, "1709251170000000-3-00000000000000000042");
+    }
+
+    /// A key with header or JSON fields splits, and takes each object's values in the order
+    /// of its fields (escaped as the rest of the data is); a message without one is told
+    /// apart by the field it lacks.
+    #[test]
+    fn header_and_json_fields_split_and_render_the_objects_values() {
+        assert!(!KeyTemplate::default().splits());
+        let t = KeyTemplate::parse(
+            "{json./region}/{header.site}/{json.a.b}/{partition}-{first_offset}",
+        )
+        .unwrap();
+        assert!(t.splits());
+        let mut m = msg(0);
+        m.payload = Bytes::from_static(br#"{"region":"us west","a":{"b":7}}"#);
+        let mut values = Vec::new();
+        t.split_values(&m, &mut values).unwrap();
+        assert_eq!(values, ["us west", "north pole", "7"]);
+        let p = part();
+        let first = msg(0);
+        let input = KeyInput {
+            partition: &p,
+            first: &first,
+            last_offset: None,
+            ext: "",
+            split: Some(&values),
+        };
+        let mut out = String::new();
+        t.render("", &KeyZone::default(), &input, &mut out).unwrap();
+        assert_eq!(out, "us%20west/north%20pole/7/3-00000000000000000042");
+        // Without split values the fields come from the first message itself.
+        let input = KeyInput {
+            first: &m,
+            split: None,
+            ..input
+        };
+        t.render("", &KeyZone::default(), &input, &mut out).unwrap();
+        assert_eq!(out, "us%20west/north%20pole/7/3-00000000000000000042");
+
+        m.payload = Bytes::from_static(br#"{"a":{"b":7}}"#);
+        let e = t.split_values(&m, &mut values).unwrap_err();
+        assert!(e.contains("/region") && e.contains("offset 42"), "{e}");
+        m.payload = Bytes::from_static(br#"{"region":{"x":1}}"#);
+        let e = t.split_values(&m, &mut values).unwrap_err();
+        assert!(e.contains("not a string, number or boolean"), "{e}");
+        m.payload = Bytes::from_static(b"not json");
+        let e = t.split_values(&m, &mut values).unwrap_err();
+        assert!(e.contains("not JSON"), "{e}");
+        m.payload = Bytes::from_static(br#"{"region":"eu","a":{"b":true}}"#);
+        m.headers = Bytes::new();
+        let e = t.split_values(&m, &mut values).unwrap_err();
+        assert!(e.contains("header \"site\""), "{e}");
     }
 
     #[test]
@@ -373,9 +504,9 @@ mod tests {
                 .contains("unclosed")
         );
         assert!(
-            KeyTemplate::parse("{partition}/{first_offset}/{json.a}")
+            KeyTemplate::parse("{partition}/{first_offset}/{jsn.a}")
                 .unwrap_err()
-                .contains("{header.NAME}")
+                .contains("{json./POINTER}")
         );
         let t = KeyTemplate::parse("{partition}-{first_offset}-{header.x}").unwrap();
         let m = msg(0);
@@ -384,6 +515,7 @@ mod tests {
             first: &m,
             last_offset: None,
             ext: "",
+            split: None,
         };
         let mut out = String::new();
         let utc = KeyZone::default();
@@ -479,6 +611,7 @@ mod tests {
                 first: &m,
                 last_offset: None,
                 ext: "jsonl",
+                split: None,
             };
             let mut out = String::new();
             t.render("", &berlin, &input, &mut out).unwrap();

@@ -207,6 +207,30 @@ impl Template {
     }
 }
 
+/// Appends the value at `pointer` of a JSON payload: a string as it is, a number or boolean
+/// as JSON writes it; anything else (missing, null, an object, an array) is an error naming
+/// the pointer.
+pub fn json_field_into(
+    json: &serde_json::Value,
+    pointer: &str,
+    out: &mut String,
+) -> Result<(), String> {
+    use std::fmt::Write as _;
+    match json.pointer(pointer) {
+        Some(serde_json::Value::String(s)) => out.push_str(s),
+        Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
+            let _ = write!(out, "{v}");
+        }
+        Some(_) => {
+            return Err(format!(
+                "the payload's {pointer} is not a string, number or boolean"
+            ));
+        }
+        None => return Err(format!("the payload has no field {pointer}")),
+    }
+    Ok(())
+}
+
 fn field(name: &str, vocab: &Vocabulary) -> Option<Field> {
     if let Some((_, n)) = vocab.names.iter().find(|(text, _)| *text == name) {
         return Some(Field::Named(*n));

@@ -103,17 +103,8 @@ impl TopicTemplate {
                             )
                         })?);
                     }
-                    match json.as_ref().and_then(|j| j.pointer(pointer)) {
-                        Some(serde_json::Value::String(s)) => out.push_str(s),
-                        Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
-                            let _ = write!(out, "{v}");
-                        }
-                        Some(_) => {
-                            return Err(format!(
-                                "the payload's {pointer} is not a string, number or boolean"
-                            ));
-                        }
-                        None => return Err(format!("the payload has no field {pointer}")),
+                    if let Some(j) = json.as_ref() {
+                        super::json_field_into(j, pointer, out)?;
                     }
                 }
             }

@@ -24,6 +24,7 @@
 pub mod format;
 
 use std::cell::{Cell, RefCell};
+use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -132,7 +133,7 @@ fn permanent(e: &spillway_s3::Error) -> bool {
     }
 }
 
-/// The object being written for a partition.
+/// An object being written.
 struct Open {
     /// The first message, without its payload (its time and headers make the key).
     first: Message,
@@ -145,19 +146,94 @@ struct Open {
     pending: Vec<Bytes>,
     pending_len: u64,
     upload: Option<ObjectWriter>,
+    /// The generation of the partition's [`Ledger`] the object is counted in.
+    generation: u64,
+}
+
+/// One object at a time of a partition: the only one, or under a key that splits
+/// ([`key::KeyTemplate::splits`]) the one of a set of values.
+struct Lane {
+    /// The values of the key's header and JSON fields its objects hold (empty when the key
+    /// does not split).
+    split: Vec<String>,
+    encoder: Encoder,
+    open: Option<Open>,
+}
+
+/// Which offsets of a partition are settled: in a complete object, in a stored dead letter,
+/// skipped by `on_error`, or already in a complete object of a run before. The writer and the
+/// completion tasks keep it together; the partition's marker and its confirmations to the
+/// engine never pass [`Ledger::watermark`], below which every offset is settled.
+#[derive(Default)]
+struct Ledger {
+    /// The first offsets of the objects (open or completing) and dead letters not settled
+    /// yet, and of messages rejected under `on_error = "fail"` (never settled).
+    unsettled: BTreeSet<u64>,
+    /// The last offset the writer took (into an object or a letter, or settled at once).
+    handed: Option<u64>,
+    /// Per set of split values, the last offset of its newest complete object: a message of
+    /// those values at or below it is settled already (delivered again after a failure, or
+    /// after a crash past the marker, which carries these).
+    done: HashMap<Vec<String>, u64>,
+    /// The watermark last confirmed to the engine.
+    confirmed: Option<u64>,
+    /// Counts the resets after failures: an object counted in an earlier one is not in
+    /// `unsettled` any more.
+    generation: u64,
+}
+
+impl Ledger {
+    /// The offset at and below which every offset the writer took is settled.
+    fn watermark(&self) -> Option<u64> {
+        match self.unsettled.first() {
+            Some(&first) => first.checked_sub(1),
+            None => self.handed,
+        }
+    }
+
+    /// Forgets the marks at or below the watermark (no delivery goes back there).
+    fn prune(&mut self) {
+        if let Some(w) = self.watermark() {
+            self.done.retain(|_, last| *last > w);
+        }
+    }
+
+    /// Confirms to the engine what the watermark passed since the last call.
+    fn advance(&mut self, acks: &Acks, slot: usize) {
+        let Some(w) = self.watermark() else {
+            return;
+        };
+        if self.confirmed.is_some_and(|c| c >= w) {
+            return;
+        }
+        let from = self.confirmed.map_or(0, |c| c + 1);
+        acks.confirm(slot, from, w);
+        self.confirmed = Some(w);
+    }
+
+    /// After a failure: everything past the watermark is delivered again, so nothing past it
+    /// is counted any more. The offset delivery starts again from.
+    fn reset(&mut self) -> u64 {
+        let w = self.watermark();
+        self.unsettled.clear();
+        self.handed = w;
+        self.generation += 1;
+        w.map_or(0, |w| w + 1)
+    }
 }
 
 /// What a partition's completion tasks share with its writer.
 struct Completion {
     /// The next backoff after a failure (doubles up to `retry_max`, reset by a success).
     backoff: Cell<Duration>,
+    ledger: RefCell<Ledger>,
 }
 
 /// What a completion task tells the sink.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum TaskEvent {
-    /// An object (or dead letter) of the writer `epoch` of partition `slot` failed: its
-    /// offsets, and all after them, are being polled again, so that writer's open object is
+    /// An object (or dead letter) of the writer `epoch` of partition `slot` failed: the
+    /// partition is being polled again from its watermark, so that writer's open objects are
     /// dropped. A writer released and made anew has another epoch: the event is not its.
     Failed { slot: usize, epoch: u64 },
     /// A failure no retry can mend: the sink stops with the first.
@@ -170,16 +246,33 @@ type TaskEvents = Rc<RefCell<Vec<TaskEvent>>>;
 /// One partition's writer.
 struct PartWriter {
     info: Rc<PartitionInfo>,
-    encoder: Encoder,
-    open: Option<Open>,
+    /// One lane, or under a key that splits up to `s3.max_open_objects`.
+    lanes: Vec<Lane>,
     shared: Rc<Completion>,
     /// Tells this writer's task events from those of an earlier writer of the same slot.
     epoch: u64,
     /// Bytes of this writer's encoder output and pending chunks counted in the sink's total.
     counted: u64,
     /// The task completing this partition's latest closed object; the next one waits for it,
-    /// so objects complete and markers move in offset order.
+    /// so objects complete and markers move in the order they closed.
     tail: Option<JoinHandle<bool>>,
+    /// An object failed in the writer: its offsets and everything after them are delivered
+    /// again once the objects closed before it settle; until then nothing is written.
+    resetting: bool,
+}
+
+impl PartWriter {
+    fn opens(&self) -> impl Iterator<Item = &Open> {
+        self.lanes.iter().filter_map(|l| l.open.as_ref())
+    }
+
+    fn open(&self, lane: usize) -> Option<&Open> {
+        self.lanes.get(lane).and_then(|l| l.open.as_ref())
+    }
+
+    fn open_mut(&mut self, lane: usize) -> Option<&mut Open> {
+        self.lanes.get_mut(lane).and_then(|l| l.open.as_mut())
+    }
 }
 
 /// Everything a completion task needs, cloned out of the sink.
@@ -201,6 +294,11 @@ struct Finisher {
 /// once this much waits: a chunk is then less than this plus one message, which keeps the
 /// part window's slack small (see `buffered`) while most chunks carry many messages.
 const TAKE_AT: u64 = 64 << 10;
+
+/// Under a key that splits, the most sets of values a partition's marker carries past its
+/// watermark (each with the last offset of its newest complete object); past it the oldest
+/// open object is closed, which lets the watermark move.
+const MAX_MARKS: usize = 1024;
 
 /// See the module docs.
 pub struct S3Sink {
@@ -227,6 +325,16 @@ pub struct S3Sink {
     encoded: u64,
     /// The AWS credential chain the client signs with, when there are no static keys.
     chain: Option<crate::credentials::Chain>,
+    /// The key splits a partition's messages by their values (see [`Lane`]).
+    splits: bool,
+    /// The values of the message being written.
+    values: Vec<String>,
+    /// `on_error = "skip"`: a rejected message is settled at once.
+    skip_rejects: bool,
+    /// The marks of the partitions' markers read at resume, until their writers take them.
+    resumed: HashMap<(Rc<str>, Rc<str>, u32), Marker>,
+    /// When the batch being delivered came (the lanes' idle clock).
+    batch_at: Instant,
 }
 
 impl std::fmt::Debug for S3Sink {
@@ -240,8 +348,8 @@ impl std::fmt::Debug for S3Sink {
                     .parts
                     .iter()
                     .flatten()
-                    .filter(|p| p.open.is_some())
-                    .count(),
+                    .map(|p| p.opens().count())
+                    .sum::<usize>(),
             )
             .finish()
     }
@@ -406,6 +514,11 @@ impl S3Sink {
             total,
             fatal: None,
             epochs: 0,
+            splits: cfg.key.splits(),
+            values: Vec::new(),
+            skip_rejects: config.on_error == ErrorPolicy::Skip,
+            resumed: HashMap::new(),
+            batch_at: Instant::now(),
             cfg,
         })
     }
@@ -416,25 +529,28 @@ impl S3Sink {
             self.parts.resize_with(slot + 1, || None);
         }
         if self.parts[slot].is_none() {
-            let mut encoder = Encoder::new(self.cfg.format_options()).map_err(SinkError::config)?;
-            // The parts in flight and the one gathering hold the chunks of that many bytes.
-            encoder.keep_for_reuse(
-                self.cfg
-                    .part_size
-                    .0
-                    .saturating_mul(self.cfg.parts_in_flight as u64 + 1),
-            );
+            let lane = self.lane(Vec::new()).map_err(SinkError::config)?;
+            let mut ledger = Ledger::default();
+            // What an earlier run's marker says is complete past its offset.
+            if let Some(marker) = self.resumed.remove(&(
+                Rc::clone(&info.stream),
+                Rc::clone(&info.topic),
+                info.partition,
+            )) {
+                ledger.done = marker.done;
+            }
             self.epochs += 1;
             self.parts[slot] = Some(PartWriter {
                 info: Rc::clone(info),
-                encoder,
-                open: None,
+                lanes: vec![lane],
                 shared: Rc::new(Completion {
                     backoff: Cell::new(self.cfg.retry_min.0),
+                    ledger: RefCell::new(ledger),
                 }),
                 epoch: self.epochs,
                 counted: 0,
                 tail: None,
+                resetting: false,
             });
         }
         self.parts[slot]
@@ -442,25 +558,53 @@ impl S3Sink {
             .ok_or_else(|| SinkError::permanent("partition writer missing".to_owned()))
     }
 
+    /// A lane for objects of `split`.
+    fn lane(&self, split: Vec<String>) -> Result<Lane, String> {
+        let mut encoder = Encoder::new(self.cfg.format_options())?;
+        // The parts in flight and the one gathering hold the chunks of that many bytes,
+        // shared between the lanes a key that splits may open.
+        let lanes = if self.splits {
+            self.cfg.max_open_objects.max(1) as u64
+        } else {
+            1
+        };
+        encoder.keep_for_reuse(
+            self.cfg
+                .part_size
+                .0
+                .saturating_mul(self.cfg.parts_in_flight as u64 + 1)
+                / lanes,
+        );
+        Ok(Lane {
+            split,
+            encoder,
+            open: None,
+        })
+    }
+
     fn bucket_of(&self, m: &Message) -> Option<u64> {
         let every = self.cfg.record_interval.0.as_micros() as u64;
         (every > 0).then(|| m.timestamp / every)
     }
 
-    /// Renders the key of slot's open object.
-    fn key_of(&mut self, slot: usize, last: Option<u64>) -> Result<String, String> {
+    /// Renders the key of the open object of `slot`'s lane `lane`.
+    fn key_of(&mut self, slot: usize, lane: usize, last: Option<u64>) -> Result<String, String> {
         let Some(w) = self.parts.get(slot).and_then(Option::as_ref) else {
             return Err("no writer".to_owned());
         };
-        let Some(open) = &w.open else {
+        let Some(l) = w.lanes.get(lane) else {
+            return Err("no lane".to_owned());
+        };
+        let Some(open) = &l.open else {
             return Err("no open object".to_owned());
         };
-        let ext = w.encoder.extension();
+        let ext = l.encoder.extension();
         let input = KeyInput {
             partition: &w.info,
             first: &open.first,
             last_offset: last,
             ext: &ext,
+            split: self.splits.then_some(l.split.as_slice()),
         };
         self.cfg.key.render(
             &self.cfg.prefix,
@@ -471,17 +615,27 @@ impl S3Sink {
         Ok(self.key_buf.clone())
     }
 
-    /// Whether a key can be rendered for an object that `m` would start; the reason if not.
-    fn probe_key(&mut self, slot: usize, m: &Message) -> Result<(), String> {
+    /// Whether a key can be rendered for an object that `m` (of the values in `self.values`)
+    /// would start in `lane`; the reason if not.
+    fn probe_key(&mut self, slot: usize, lane: usize, m: &Message) -> Result<(), String> {
+        let Some(l) = self
+            .parts
+            .get(slot)
+            .and_then(Option::as_ref)
+            .and_then(|w| w.lanes.get(lane))
+        else {
+            return Err("no writer".to_owned());
+        };
         let Some(w) = self.parts.get(slot).and_then(Option::as_ref) else {
             return Err("no writer".to_owned());
         };
-        let ext = w.encoder.extension();
+        let ext = l.encoder.extension();
         let input = KeyInput {
             partition: &w.info,
             first: m,
             last_offset: Some(m.offset),
             ext: &ext,
+            split: self.splits.then_some(self.values.as_slice()),
         };
         self.cfg.key.render(
             &self.cfg.prefix,
@@ -495,17 +649,24 @@ impl S3Sink {
         object_values(&self.cfg, &input).map(|_| ())
     }
 
-    /// A message the sink cannot write (no key renders for it): to `on_error`. Under
-    /// `dead_letter` it is written on its own under the dead-letter prefix (confirmed once
-    /// stored, in offset order with the partition's objects); otherwise it is reported failed
-    /// (`skip` leaves it out, `fail` stops the engine).
+    /// A message the sink cannot write (no key renders for it, the format refuses it): to
+    /// `on_error`. Under `dead_letter` it is written on its own under the dead-letter prefix
+    /// (settled once stored, in order with the partition's objects); otherwise it is reported
+    /// failed (`skip` leaves it out, so it is settled; `fail` stops the engine, and the
+    /// partition's watermark never passes it).
     fn reject(&mut self, slot: usize, m: &Message, reason: String) {
-        let Some((prefix, encoder)) = self.dead_letter.as_mut() else {
-            self.acks
-                .fail(slot, m.offset, format!("no S3 key: {reason}"));
+        let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
-        let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
+        let Some((prefix, encoder)) = self.dead_letter.as_mut() else {
+            let mut ledger = w.shared.ledger.borrow_mut();
+            if self.skip_rejects {
+                ledger.handed = Some(m.offset);
+            } else {
+                ledger.unsettled.insert(m.offset);
+            }
+            self.acks
+                .fail(slot, m.offset, format!("no S3 key: {reason}"));
             return;
         };
         let mut key = prefix.clone();
@@ -529,9 +690,16 @@ impl S3Sink {
             offset = m.offset,
             "writing a rejected message to the dead-letter object {key}: {reason}"
         );
+        let generation = {
+            let mut ledger = w.shared.ledger.borrow_mut();
+            ledger.unsettled.insert(m.offset);
+            ledger.handed = Some(m.offset);
+            ledger.generation
+        };
         let letter = Letter {
             slot,
             epoch: w.epoch,
+            generation,
             partition: w.info.partition,
             offset: m.offset,
             key,
@@ -556,8 +724,8 @@ impl S3Sink {
         }
     }
 
-    /// Takes what the completion tasks reported since the last call: a failed object drops
-    /// its writer's open object, a fatal failure is kept for [`S3Sink::check_fatal`]. `true`
+    /// Takes what the completion tasks reported since the last call: a failure drops its
+    /// writer's open objects, a fatal failure is kept for [`S3Sink::check_fatal`]. `true`
     /// when one of them was a failure of `slot`'s writer.
     fn absorb(&mut self, slot: Option<usize>) -> bool {
         if self.finisher.events.borrow().is_empty() {
@@ -580,9 +748,9 @@ impl S3Sink {
         hit
     }
 
-    /// An object of writer `epoch` of `slot` failed: drops that writer's open object (its
-    /// offsets are after the failed object's first, from where the partition is polled
-    /// again). `false` when the writer is not there any more (released, made anew).
+    /// A failure of writer `epoch` of `slot`: drops that writer's open objects (the partition
+    /// is polled again from its watermark, before all of them). `false` when the writer is
+    /// not there any more (released, made anew).
     fn drop_failed(&mut self, slot: usize, epoch: u64) -> bool {
         let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
             return false;
@@ -593,10 +761,13 @@ impl S3Sink {
         // The failed object's predecessors are complete, its successors are aborted by their
         // tasks: the objects written from the redelivered offset wait for none of them.
         w.tail = None;
-        if let Some(open) = w.open.take() {
-            let _ = w.encoder.finish();
-            if let Some(upload) = open.upload {
-                abort_detached(upload);
+        w.resetting = false;
+        for l in &mut w.lanes {
+            if let Some(open) = l.open.take() {
+                let _ = l.encoder.finish();
+                if let Some(upload) = open.upload {
+                    abort_detached(upload);
+                }
             }
         }
         self.recount(slot);
@@ -606,23 +777,30 @@ impl S3Sink {
     /// Counts slot's encoder output and pending chunks in the sink's total anew.
     fn recount(&mut self, slot: usize) {
         if let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) {
-            let now = w.encoder.held() + w.open.as_ref().map_or(0, |o| o.pending_len);
+            let now = w
+                .lanes
+                .iter()
+                .map(|l| l.encoder.held() + l.open.as_ref().map_or(0, |o| o.pending_len))
+                .sum();
             self.total.adjust(&mut w.counted, now);
         }
     }
 
-    /// Moves the encoder's output to the pending list, then to the upload once it exceeds
+    /// Moves a lane's encoder output to the pending list, then to the upload once it exceeds
     /// a part (or always, `all`).
-    async fn push_pending(&mut self, slot: usize, all: bool) -> Result<(), Failure> {
+    async fn push_pending(&mut self, slot: usize, lane: usize, all: bool) -> Result<(), Failure> {
         let part_size = self.cfg.part_size.0;
         let needs_upload = {
-            let Some(w) = self.parts[slot].as_mut() else {
+            let Some(l) = self.parts[slot]
+                .as_mut()
+                .and_then(|w| w.lanes.get_mut(lane))
+            else {
                 return Ok(());
             };
-            let Some(open) = w.open.as_mut() else {
+            let Some(open) = l.open.as_mut() else {
                 return Ok(());
             };
-            let out = w.encoder.take();
+            let out = l.encoder.take();
             self.encoded += out.len() as u64;
             if !out.is_empty() {
                 open.pending_len += out.len() as u64;
@@ -633,17 +811,18 @@ impl S3Sink {
         if needs_upload {
             let last = self.parts[slot]
                 .as_ref()
-                .and_then(|w| w.open.as_ref())
+                .and_then(|w| w.open(lane))
                 .map(|o| o.last_offset);
             // The key was tried when the object opened (`probe_key`): a failure now is a bug
             // no retry mends.
-            let key = self.key_of(slot, last).map_err(|e| Failure {
+            let key = self.key_of(slot, lane, last).map_err(|e| Failure {
                 text: format!("S3 key: {e}"),
                 permanent: true,
             })?;
             let mut options = self.upload.clone();
             if let Some(w) = self.parts[slot].as_ref()
-                && let Some(o) = &w.open
+                && let Some(l) = w.lanes.get(lane)
+                && let Some(o) = &l.open
             {
                 options.options.metadata = vec![
                     ("stream".to_owned(), ascii(&w.info.stream)),
@@ -662,12 +841,13 @@ impl S3Sink {
                         .metadata
                         .push(("messages".to_owned(), o.count.to_string()));
                 }
-                let ext = w.encoder.extension();
+                let ext = l.encoder.extension();
                 let input = KeyInput {
                     partition: &w.info,
                     first: &o.first,
                     last_offset: None,
                     ext: &ext,
+                    split: self.splits.then_some(l.split.as_slice()),
                 };
                 // Tried when the object opened (`probe_key`), as the key was.
                 let (metadata, tags) = object_values(&self.cfg, &input).map_err(|e| Failure {
@@ -680,12 +860,12 @@ impl S3Sink {
             let writer =
                 ObjectWriter::new(Rc::clone(&self.client), &self.cfg.bucket, &key, &options)
                     .map_err(|e| Failure::s3(format_args!("object {key}"), &e))?;
-            if let Some(open) = self.parts[slot].as_mut().and_then(|w| w.open.as_mut()) {
+            if let Some(open) = self.parts[slot].as_mut().and_then(|w| w.open_mut(lane)) {
                 open.upload = Some(writer);
             }
         }
         // The chunks leave the sink's count as the upload's gauge takes them up.
-        let chunks = match self.parts[slot].as_mut().and_then(|w| w.open.as_mut()) {
+        let chunks = match self.parts[slot].as_mut().and_then(|w| w.open_mut(lane)) {
             Some(open) if open.upload.is_some() => {
                 open.pending_len = 0;
                 std::mem::take(&mut open.pending)
@@ -698,7 +878,7 @@ impl S3Sink {
         self.recount(slot);
         let Some(upload) = self.parts[slot]
             .as_mut()
-            .and_then(|w| w.open.as_mut())
+            .and_then(|w| w.open_mut(lane))
             .and_then(|o| o.upload.as_mut())
         else {
             return Ok(());
@@ -712,38 +892,44 @@ impl S3Sink {
         Ok(())
     }
 
-    /// Closes slot's open object: the rest of the output goes to the upload, and a task
-    /// completes it (CompleteMultipartUpload or PutObject), writes the marker and confirms
-    /// its offsets, after the partition's previous object. `false` when the object failed
-    /// here (it is then aborted and its offsets are polled again).
-    async fn close(&mut self, slot: usize) -> bool {
-        let done = self.close_inner(slot).await;
+    /// Closes the open object of slot's lane `lane`: the rest of the output goes to the
+    /// upload, and a task completes it (CompleteMultipartUpload or PutObject), writes the
+    /// marker and confirms what the partition's watermark passed, after the partition's
+    /// previous object. `false` when the object failed here (the partition's open objects are
+    /// then aborted and polled again).
+    async fn close(&mut self, slot: usize, lane: usize) -> bool {
+        let done = self.close_inner(slot, lane).await;
         self.recount(slot);
         done
     }
 
-    async fn close_inner(&mut self, slot: usize) -> bool {
+    async fn close_inner(&mut self, slot: usize, lane: usize) -> bool {
         if self.absorb(Some(slot)) {
             return false;
         }
-        let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
+        let Some(l) = self
+            .parts
+            .get_mut(slot)
+            .and_then(Option::as_mut)
+            .and_then(|w| w.lanes.get_mut(lane))
+        else {
             return true;
         };
-        let Some(open) = w.open.as_mut() else {
+        let Some(open) = l.open.as_mut() else {
             return true;
         };
-        let tail = w.encoder.finish();
+        let tail = l.encoder.finish();
         self.encoded += tail.len() as u64;
         if !tail.is_empty() {
             open.pending_len += tail.len() as u64;
             open.pending.push(tail);
         }
-        if let Some(e) = w.encoder.error().map(str::to_owned) {
+        if let Some(e) = l.encoder.error().map(str::to_owned) {
             // An incomplete object must not be completed.
             self.fail(slot, Failure::passing(format!("encoding the object: {e}")));
             return false;
         }
-        if let Err(e) = self.push_pending(slot, true).await {
+        if let Err(e) = self.push_pending(slot, lane, true).await {
             self.fail(slot, e);
             return false;
         }
@@ -754,7 +940,10 @@ impl S3Sink {
         let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
             return true;
         };
-        let Some(open) = w.open.take() else {
+        let Some(l) = w.lanes.get_mut(lane) else {
+            return true;
+        };
+        let Some(open) = l.open.take() else {
             return true;
         };
         let Some(upload) = open.upload else {
@@ -763,6 +952,8 @@ impl S3Sink {
         let job = Job {
             slot,
             epoch: w.epoch,
+            generation: open.generation,
+            split: l.split.clone(),
             first: open.first.offset,
             last: open.last_offset,
             count: open.count,
@@ -854,75 +1045,205 @@ impl S3Sink {
         }
     }
 
-    /// A failed object: abort its upload, keep its offsets unconfirmed, poll again from its
-    /// first offset after a backoff.
+    /// An object failed in the writer: every open object of the partition is aborted,
+    /// nothing is written until the objects closed before settle, then the partition is
+    /// polled again from its watermark after a backoff (see [`Finisher::failed`]).
     fn fail(&mut self, slot: usize, error: Failure) {
         let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
-        let Some(open) = w.open.take() else {
-            return;
-        };
-        // The encoder may hold half an object: start it afresh.
-        let _ = w.encoder.finish();
-        let (partition, shared) = (w.info.partition, Rc::clone(&w.shared));
-        self.finisher.retry(
-            &shared,
-            slot,
-            partition,
-            open.first.offset,
-            open.count,
-            &error,
-        );
-        if let Some(upload) = open.upload {
-            abort_detached(upload);
+        let mut count = 0;
+        for l in &mut w.lanes {
+            if let Some(open) = l.open.take() {
+                // The encoder may hold half an object: start it afresh.
+                let _ = l.encoder.finish();
+                count += open.count;
+                if let Some(upload) = open.upload {
+                    abort_detached(upload);
+                }
+            }
+        }
+        if !w.resetting {
+            w.resetting = true;
+            let previous = w.tail.take();
+            let shared = Rc::clone(&w.shared);
+            let finisher = self.finisher.clone();
+            let (epoch, partition) = (w.epoch, w.info.partition);
+            w.tail = Some(monoio::spawn(async move {
+                // A failed predecessor has polled the partition again already.
+                if let Some(previous) = previous
+                    && !previous.await
+                {
+                    return false;
+                }
+                finisher.failed(&shared, slot, epoch, partition, count, &error);
+                false
+            }));
         }
         self.recount(slot);
     }
 
-    /// Writes `m` into slot's object, closing it before (a new record-time interval; the
-    /// object would pass `max_object_size` with `m`, where the encoder can tell exactly) or
-    /// after (full) as the rotation rules say. `false` when the object failed: the rest of the
-    /// batch is polled again.
+    /// The lane for a message of the values in `self.values`: the one with an open object of
+    /// them, or one with none open (a new one while there are fewer than
+    /// `s3.max_open_objects`). `None` when every lane has an object open.
+    fn lane_for(&mut self, slot: usize) -> Result<Option<usize>, String> {
+        let max = if self.splits {
+            self.cfg.max_open_objects.max(1)
+        } else {
+            1
+        };
+        let Some(w) = self.parts.get(slot).and_then(Option::as_ref) else {
+            return Err("no writer".to_owned());
+        };
+        let values = &self.values;
+        if let Some(i) = w
+            .lanes
+            .iter()
+            .position(|l| l.open.is_some() && l.split == *values)
+        {
+            return Ok(Some(i));
+        }
+        if let Some(i) = w.lanes.iter().position(|l| l.open.is_none()) {
+            if let Some(l) = self.parts[slot].as_mut().and_then(|w| w.lanes.get_mut(i)) {
+                l.split.clone_from(&self.values);
+            }
+            return Ok(Some(i));
+        }
+        if w.lanes.len() >= max {
+            return Ok(None);
+        }
+        let lane = self.lane(self.values.clone())?;
+        let Some(w) = self.parts[slot].as_mut() else {
+            return Err("no writer".to_owned());
+        };
+        w.lanes.push(lane);
+        Ok(Some(w.lanes.len() - 1))
+    }
+
+    /// The lane of the partition's oldest open object (the one its watermark waits for).
+    fn oldest(&self, slot: usize) -> Option<(usize, u64)> {
+        let w = self.parts.get(slot)?.as_ref()?;
+        w.lanes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| Some((i, l.open.as_ref()?.first.offset)))
+            .min_by_key(|&(_, first)| first)
+    }
+
+    /// Writes `m` into the object of its values, closing it before (a new record-time
+    /// interval; the object would pass `max_object_size` with `m`, where the encoder can tell
+    /// exactly) or after (full) as the rotation rules say; under a key that splits, the
+    /// oldest open object is closed first when `m` needs a lane and every one is open, or when
+    /// the partition ran `max_split_lag` past it. `false` when an object failed: the rest of
+    /// the batch is polled again.
+    ///
+    /// Between the check for task failures at the top of the loop and the ledger's update
+    /// there is no await: a reset of the ledger (a task's failure) is always seen first.
     async fn write_message(&mut self, slot: usize, m: &Message) -> bool {
         loop {
             if self.absorb(Some(slot)) {
                 return false;
             }
-            let bucket = self.bucket_of(m);
-            let rotate_before = self.parts[slot]
-                .as_ref()
-                .and_then(|w| w.open.as_ref())
-                .is_some_and(|o| bucket.is_some() && o.bucket != bucket);
-            if rotate_before && !self.close(slot).await {
+            let Some(w) = self.parts.get(slot).and_then(Option::as_ref) else {
+                return false;
+            };
+            if w.resetting {
                 return false;
             }
-            let admitted = match self.parts[slot].as_mut() {
-                Some(w) => w.encoder.admit(m),
-                None => return false,
+            if self.splits
+                && let Err(reason) = self.cfg.key.split_values(m, &mut self.values)
+            {
+                self.reject(slot, m, reason);
+                return true;
+            }
+            let settled = {
+                let ledger = w.shared.ledger.borrow();
+                ledger
+                    .done
+                    .get(&self.values)
+                    .is_some_and(|&last| m.offset <= last)
             };
-            if let Err(reason) = admitted {
-                // Not a record of any object: the open one is closed before it (so every
-                // object's offsets stay one range, and the rejected offset is settled after
-                // them, in offset order).
-                let open = self.parts[slot].as_ref().is_some_and(|w| w.open.is_some());
-                if open && !self.close(slot).await {
+            if settled {
+                // In a complete object already (delivered again after a failure, or after
+                // a crash before the marker passed it).
+                w.shared.ledger.borrow_mut().handed = Some(m.offset);
+                return true;
+            }
+            if self.splits
+                && let Some((lane, first)) = self.oldest(slot)
+            {
+                let lagging = m.offset.saturating_sub(first) >= self.cfg.max_split_lag;
+                let marks = w.shared.ledger.borrow().done.len() > MAX_MARKS;
+                if lagging || marks {
+                    if !self.close(slot, lane).await {
+                        return false;
+                    }
+                    continue;
+                }
+            }
+            let lane = match self.lane_for(slot) {
+                Ok(Some(lane)) => lane,
+                Ok(None) => {
+                    let Some((oldest, _)) = self.oldest(slot) else {
+                        return false;
+                    };
+                    if !self.close(slot, oldest).await {
+                        return false;
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    self.fail(slot, Failure::passing(e));
                     return false;
+                }
+            };
+            let bucket = self.bucket_of(m);
+            let Some(w) = self.parts[slot].as_mut() else {
+                return false;
+            };
+            let rotate_before = w
+                .open(lane)
+                .is_some_and(|o| bucket.is_some() && o.bucket != bucket);
+            if rotate_before {
+                if !self.close(slot, lane).await {
+                    return false;
+                }
+                continue;
+            }
+            let open = w.open(lane).is_some();
+            let Some(l) = w.lanes.get_mut(lane) else {
+                return false;
+            };
+            if let Err(reason) = l.encoder.admit(m) {
+                if open && !self.splits {
+                    // Not a record of any object: the open one is closed before it, so each
+                    // object's offsets stay one range.
+                    if !self.close(slot, lane).await {
+                        return false;
+                    }
+                    continue;
                 }
                 self.reject(slot, m, reason);
                 return true;
             }
-            let opens = self.parts[slot].as_ref().is_some_and(|w| w.open.is_none());
-            if opens && let Err(reason) = self.probe_key(slot, m) {
+            if !open && let Err(reason) = self.probe_key(slot, lane, m) {
                 self.reject(slot, m, reason);
                 return true;
             }
             let Some(w) = self.parts[slot].as_mut() else {
                 return false;
             };
-            if w.open.is_none() {
-                w.encoder.begin();
-                w.open = Some(Open {
+            let Some(l) = w.lanes.get_mut(lane) else {
+                return false;
+            };
+            if l.open.is_none() {
+                l.encoder.begin();
+                let generation = {
+                    let mut ledger = w.shared.ledger.borrow_mut();
+                    ledger.unsettled.insert(m.offset);
+                    ledger.generation
+                };
+                l.open = Some(Open {
                     first: Message {
                         offset: m.offset,
                         id: m.id,
@@ -934,39 +1255,42 @@ impl S3Sink {
                     last_offset: m.offset,
                     count: 0,
                     bucket,
-                    last_append: Instant::now(),
+                    last_append: self.batch_at,
                     pending: Vec::new(),
                     pending_len: 0,
                     upload: None,
+                    generation,
                 });
             }
-            w.encoder.push(&w.info, m);
-            if w.encoder.size() > self.cfg.max_object_size.0 && w.encoder.unpush() {
+            l.encoder.push(&w.info, m);
+            if l.encoder.size() > self.cfg.max_object_size.0 && l.encoder.unpush() {
                 // Full without `m`: closed as it is (so it needs no part past max_object_size,
                 // and one that fits a part goes out as one PutObject); `m` starts the next.
-                if !self.close(slot).await {
+                if !self.close(slot, lane).await {
                     return false;
                 }
                 continue;
             }
-            let output_len = w.encoder.size();
-            let waiting = w.encoder.waiting();
-            let Some(open) = w.open.as_mut() else {
+            let output_len = l.encoder.size();
+            let waiting = l.encoder.waiting();
+            let Some(open) = l.open.as_mut() else {
                 return false;
             };
             open.last_offset = m.offset;
             open.count += 1;
+            open.last_append = self.batch_at;
             let count = open.count;
+            w.shared.ledger.borrow_mut().handed = Some(m.offset);
             self.recount(slot);
             if waiting >= TAKE_AT
-                && let Err(e) = self.push_pending(slot, false).await
+                && let Err(e) = self.push_pending(slot, lane, false).await
             {
                 self.fail(slot, e);
                 return false;
             }
             let full = output_len >= self.cfg.max_object_size.0
                 || (self.cfg.max_object_messages > 0 && count >= self.cfg.max_object_messages);
-            if full && !self.close(slot).await {
+            if full && !self.close(slot, lane).await {
                 return false;
             }
             return true;
@@ -978,6 +1302,10 @@ impl S3Sink {
 struct Job {
     slot: usize,
     epoch: u64,
+    /// The ledger generation it is counted in.
+    generation: u64,
+    /// Its split values.
+    split: Vec<String>,
     partition: u32,
     first: u64,
     last: u64,
@@ -986,7 +1314,26 @@ struct Job {
 }
 
 impl Finisher {
-    /// An object failed: its offsets are polled again from its first after a backoff.
+    /// An object or letter of writer `epoch` of `slot` failed after those closed before it
+    /// settled: the ledger is reset, the writer drops its open objects, and the partition is
+    /// polled again from the watermark after a backoff.
+    fn failed(
+        &self,
+        shared: &Completion,
+        slot: usize,
+        epoch: u64,
+        partition: u32,
+        count: u64,
+        error: &Failure,
+    ) {
+        let from = shared.ledger.borrow_mut().reset();
+        self.events
+            .borrow_mut()
+            .push(TaskEvent::Failed { slot, epoch });
+        self.retry(shared, slot, partition, from, count, error);
+    }
+
+    /// A failure: the partition is polled again from `first` after a backoff.
     fn retry(
         &self,
         shared: &Completion,
@@ -1011,19 +1358,18 @@ impl Finisher {
             sink = %self.sink,
             partition,
             first_offset = first,
-            "S3 upload failed, its {count} messages stay unconfirmed and are written again in about {}: {}",
+            "S3 upload failed, its {count} messages stay unconfirmed and the partition is written again from offset {first} in about {}: {}",
             Rounded(wait),
             error.text
         );
         self.acks.redeliver_at(slot, first, Instant::now() + wait);
     }
 
-    /// Records that everything of a partition up to `last` is in complete objects.
-    async fn write_marker(&self, key: &str, last: u64, object: &str) -> Result<(), Failure> {
-        let mut body = Vec::with_capacity(128);
-        body.extend_from_slice(format!("{{\"last_offset\":{last},\"object\":").as_bytes());
-        crate::json::string(&mut body, object.as_bytes());
-        body.push(b'}');
+    /// Records that everything of a partition up to `last` is in complete objects (or
+    /// settled otherwise), and past it, per set of split values, the last offset of its
+    /// newest complete object.
+    async fn write_marker(&self, key: &str, marker: &Marker, object: &str) -> Result<(), Failure> {
+        let body = marker.to_json(object);
         let options = &self.small;
         let req = spillway_s3::actions::put_object::request(
             self.client.endpoint(),
@@ -1042,11 +1388,12 @@ impl Finisher {
 }
 
 /// Completes one object after the partition's previous one: the upload's last part and
-/// CompleteMultipartUpload (or its PutObject), then the marker (first: once the offsets are
-/// confirmed they may be committed, and a crash before that commit must not make a replay cut
-/// different objects), then the offsets are confirmed. On failure the offsets are polled
-/// again from the object's first; an object after a failed one is aborted (the failed one's
-/// redelivery covers it). `true` when the object is complete.
+/// CompleteMultipartUpload (or its PutObject), then the marker with the partition's new
+/// watermark (first: once the offsets are confirmed they may be committed, and a crash before
+/// that commit must not make a replay cut different objects), then what the watermark passed
+/// is confirmed. On failure the partition is polled again from its watermark; an object after
+/// a failed one is aborted (the failed one's redelivery covers it). `true` when the object is
+/// complete.
 async fn complete(
     f: Finisher,
     shared: Rc<Completion>,
@@ -1061,25 +1408,32 @@ async fn complete(
         return false;
     }
     let result = match upload.close().await {
-        Ok(info) => f
-            .write_marker(&job.marker, job.last, &info.key)
-            .await
-            .map(|()| info),
+        Ok(info) => {
+            let marker = {
+                let mut ledger = shared.ledger.borrow_mut();
+                if ledger.generation == job.generation {
+                    ledger.unsettled.remove(&job.first);
+                    let last = ledger.done.entry(job.split.clone()).or_insert(job.last);
+                    *last = (*last).max(job.last);
+                    ledger.prune();
+                }
+                Marker::of(&ledger, job.last)
+            };
+            f.write_marker(&job.marker, &marker, &info.key)
+                .await
+                .map(|()| info)
+        }
         Err(e) => Err(Failure::s3("completing the object", &e)),
     };
     match result {
         Ok(info) => {
             debug!(sink = %f.sink, key = %info.key, size = info.size, first = job.first, last = job.last, count = job.count, "object complete");
             shared.backoff.set(f.retry_min);
-            f.acks.confirm(job.slot, job.first, job.last);
+            shared.ledger.borrow_mut().advance(&f.acks, job.slot);
             true
         }
         Err(e) => {
-            f.events.borrow_mut().push(TaskEvent::Failed {
-                slot: job.slot,
-                epoch: job.epoch,
-            });
-            f.retry(&shared, job.slot, job.partition, job.first, job.count, &e);
+            f.failed(&shared, job.slot, job.epoch, job.partition, job.count, &e);
             false
         }
     }
@@ -1089,6 +1443,7 @@ async fn complete(
 struct Letter {
     slot: usize,
     epoch: u64,
+    generation: u64,
     partition: u32,
     offset: u64,
     key: String,
@@ -1128,15 +1483,15 @@ async fn dead_letter(
     };
     match put {
         Ok(()) => {
-            f.acks.confirm(letter.slot, letter.offset, letter.offset);
+            let mut ledger = shared.ledger.borrow_mut();
+            if ledger.generation == letter.generation {
+                ledger.unsettled.remove(&letter.offset);
+            }
+            ledger.advance(&f.acks, letter.slot);
             true
         }
         Err(e) => {
-            f.events.borrow_mut().push(TaskEvent::Failed {
-                slot: letter.slot,
-                epoch: letter.epoch,
-            });
-            f.retry(&shared, letter.slot, letter.partition, letter.offset, 1, &e);
+            f.failed(&shared, letter.slot, letter.epoch, letter.partition, 1, &e);
             false
         }
     }
@@ -1170,13 +1525,101 @@ fn marker_key(prefix: &str, sink: &str, stream: &str, topic: &str, partition: u3
     k
 }
 
-/// Reads a marker body: `{"last_offset": N, ...}`.
-fn parse_marker(body: &[u8]) -> Result<u64, String> {
+/// A partition's marker: the watermark, and past it the last offset of the newest complete
+/// object of each set of split values.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Marker {
+    last: Option<u64>,
+    done: HashMap<Vec<String>, u64>,
+}
+
+impl Marker {
+    /// What the ledger says now (`newest`: the last offset of the object just complete).
+    fn of(ledger: &Ledger, newest: u64) -> Marker {
+        #[cfg(debug_assertions)]
+        if std::env::var_os("SPILLWAY_FAULT_SPLIT_MARKER_FROM_NEWEST_OBJECT").is_some() {
+            // A fault for the tests to show what this guards against: the marker taken from
+            // the newest object alone passes offsets still in other open objects.
+            return Marker {
+                last: Some(newest),
+                done: HashMap::new(),
+            };
+        }
+        let _ = newest;
+        let last = ledger.watermark();
+        let done = ledger
+            .done
+            .iter()
+            .filter(|&(_, &o)| last.is_none_or(|w| o > w))
+            .map(|(v, &o)| (v.clone(), o))
+            .collect();
+        Marker { last, done }
+    }
+
+    /// `{"last_offset": N or null, "object": KEY, "split": [{"values": [...], "last_offset": N}]}`
+    /// (`split` only when there are marks), sorted so that equal markers are equal bytes.
+    fn to_json(&self, object: &str) -> Vec<u8> {
+        let mut body = Vec::with_capacity(128);
+        body.extend_from_slice(b"{\"last_offset\":");
+        match self.last {
+            Some(o) => body.extend_from_slice(o.to_string().as_bytes()),
+            None => body.extend_from_slice(b"null"),
+        }
+        body.extend_from_slice(b",\"object\":");
+        crate::json::string(&mut body, object.as_bytes());
+        if !self.done.is_empty() {
+            let mut marks: Vec<_> = self.done.iter().collect();
+            marks.sort();
+            body.extend_from_slice(b",\"split\":[");
+            for (i, (values, last)) in marks.into_iter().enumerate() {
+                if i > 0 {
+                    body.push(b',');
+                }
+                body.extend_from_slice(b"{\"values\":[");
+                for (j, v) in values.iter().enumerate() {
+                    if j > 0 {
+                        body.push(b',');
+                    }
+                    crate::json::string(&mut body, v.as_bytes());
+                }
+                body.extend_from_slice(format!("],\"last_offset\":{last}}}").as_bytes());
+            }
+            body.push(b']');
+        }
+        body.push(b'}');
+        body
+    }
+}
+
+/// Reads a marker body (see [`Marker::to_json`]).
+fn parse_marker(body: &[u8]) -> Result<Marker, String> {
     let v: serde_json::Value =
         serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
-    v["last_offset"]
-        .as_u64()
-        .ok_or_else(|| "no last_offset".to_owned())
+    let last = match &v["last_offset"] {
+        serde_json::Value::Null if v.get("last_offset").is_some() => None,
+        o => Some(o.as_u64().ok_or_else(|| "no last_offset".to_owned())?),
+    };
+    let mut done = HashMap::new();
+    if let Some(split) = v.get("split") {
+        let marks = split
+            .as_array()
+            .ok_or_else(|| "split is not a list".to_owned())?;
+        for mark in marks {
+            let values = mark["values"]
+                .as_array()
+                .and_then(|vs| {
+                    vs.iter()
+                        .map(|v| v.as_str().map(str::to_owned))
+                        .collect::<Option<Vec<_>>>()
+                })
+                .ok_or_else(|| "a split mark without its values (strings)".to_owned())?;
+            let last = mark["last_offset"]
+                .as_u64()
+                .ok_or_else(|| "a split mark without its last_offset".to_owned())?;
+            done.insert(values, last);
+        }
+    }
+    Ok(Marker { last, done })
 }
 
 /// User metadata values must be printable ASCII.
@@ -1284,11 +1727,23 @@ impl Sink for S3Sink {
             .execute(req, spillway_s3::actions::get_object::parse)
             .await
         {
-            Ok(out) => parse_marker(&out.body)
-                .map(Some)
-                .map_err(|e| SinkError::permanent(format!("the marker {key} is damaged ({e}); delete it to start from Iggy's stored offset"))),
+            Ok(out) => {
+                let marker = parse_marker(&out.body).map_err(|e| SinkError::permanent(format!("the marker {key} is damaged ({e}); delete it to start from Iggy's stored offset")))?;
+                if !marker.done.is_empty() {
+                    self.resumed.insert(
+                        (Rc::from(stream), Rc::from(topic), partition),
+                        Marker {
+                            last: marker.last,
+                            done: marker.done,
+                        },
+                    );
+                }
+                Ok(marker.last)
+            }
             Err(spillway_s3::Error::S3(e)) if e.status == 404 => Ok(None),
-            Err(e) => Err(SinkError::permanent(format!("reading the marker {key}: {e}"))),
+            Err(e) => Err(SinkError::permanent(format!(
+                "reading the marker {key}: {e}"
+            ))),
         }
     }
 
@@ -1296,19 +1751,26 @@ impl Sink for S3Sink {
         self.check_fatal()?;
         let info = Rc::clone(&batch.partition);
         let slot = info.slot;
+        self.batch_at = Instant::now();
         self.writer(&info)?;
         for m in &batch.messages {
             if !self.write_message(slot, m).await {
-                // The object failed: the rest of the batch is polled again.
+                // An object failed: the rest of the batch is polled again.
                 return Ok(());
             }
         }
-        if let Err(e) = self.push_pending(slot, false).await {
-            self.fail(slot, e);
+        let lanes = self.parts[slot].as_ref().map_or(0, |w| w.lanes.len());
+        for lane in 0..lanes {
+            if let Err(e) = self.push_pending(slot, lane, false).await {
+                self.fail(slot, e);
+                return Ok(());
+            }
         }
-        // Once per batch, not per message (the idle flush needs no finer clock).
-        if let Some(open) = self.parts[slot].as_mut().and_then(|w| w.open.as_mut()) {
-            open.last_append = Instant::now();
+        // Messages settled without an object (already complete, skipped) move the watermark.
+        if let Some(w) = self.parts[slot].as_ref()
+            && !w.resetting
+        {
+            w.shared.ledger.borrow_mut().advance(&self.acks, slot);
         }
         Ok(())
     }
@@ -1317,21 +1779,27 @@ impl Sink for S3Sink {
         self.check_fatal()?;
         let idle = self.cfg.idle_flush.0;
         let now = Instant::now();
-        let due: Vec<usize> = self
+        let due: Vec<(usize, usize)> = self
             .parts
             .iter()
             .enumerate()
-            .filter_map(|(slot, w)| {
-                let open = w.as_ref()?.open.as_ref()?;
-                (!idle.is_zero() && now.saturating_duration_since(open.last_append) >= idle)
-                    .then_some(slot)
+            .filter_map(|(slot, w)| Some((slot, w.as_ref()?)))
+            .flat_map(|(slot, w)| {
+                w.lanes.iter().enumerate().filter_map(move |(lane, l)| {
+                    let open = l.open.as_ref()?;
+                    (!idle.is_zero() && now.saturating_duration_since(open.last_append) >= idle)
+                        .then_some((slot, lane))
+                })
             })
             .collect();
-        for slot in due {
-            self.close(slot).await;
+        for (slot, lane) in due {
+            self.close(slot, lane).await;
             // Gone idle: its encoder keeps no buffers for reuse.
-            if let Some(w) = self.parts[slot].as_mut() {
-                w.encoder.release_spare();
+            if let Some(l) = self.parts[slot]
+                .as_mut()
+                .and_then(|w| w.lanes.get_mut(lane))
+            {
+                l.encoder.release_spare();
             }
         }
         Ok(())
@@ -1349,28 +1817,33 @@ impl Sink for S3Sink {
     async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError> {
         self.check_fatal()?;
         for slot in 0..self.parts.len() {
-            // A close below may have let another partition's failure in.
-            self.absorb(None);
-            let Some(w) = self.parts[slot].as_mut() else {
-                continue;
-            };
-            if w.open.is_none() {
-                continue;
-            }
-            match self.cfg.on_shutdown {
-                OnShutdown::Flush if Instant::now() < deadline => {
-                    self.close(slot).await;
+            let lanes = self.parts[slot].as_ref().map_or(0, |w| w.lanes.len());
+            for lane in 0..lanes {
+                // A close below may have let another partition's failure in.
+                self.absorb(None);
+                let Some(w) = self.parts[slot].as_mut() else {
+                    continue;
+                };
+                if w.open(lane).is_none() {
+                    continue;
                 }
-                _ => {
-                    if let Some(open) = w.open.take() {
-                        let _ = w.encoder.finish();
-                        // Left for the next run: the engine need not wait for these offsets.
-                        self.acks.redeliver(slot, open.first.offset);
-                        if let Some(upload) = open.upload {
-                            abort_detached(upload);
-                        }
+                match self.cfg.on_shutdown {
+                    OnShutdown::Flush if Instant::now() < deadline => {
+                        self.close(slot, lane).await;
                     }
-                    self.recount(slot);
+                    _ => {
+                        if let Some(l) = w.lanes.get_mut(lane)
+                            && let Some(open) = l.open.take()
+                        {
+                            let _ = l.encoder.finish();
+                            // Left for the next run: the engine need not wait for these offsets.
+                            self.acks.redeliver(slot, open.first.offset);
+                            if let Some(upload) = open.upload {
+                                abort_detached(upload);
+                            }
+                        }
+                        self.recount(slot);
+                    }
                 }
             }
         }
@@ -1381,17 +1854,19 @@ impl Sink for S3Sink {
     fn release(&mut self, slot: usize) {
         if let Some(w) = self.parts.get_mut(slot).and_then(Option::take) {
             self.total.sub(w.counted);
-            if let Some(open) = w.open
-                && let Some(upload) = open.upload
-            {
-                abort_detached(upload);
+            for l in w.lanes {
+                if let Some(open) = l.open
+                    && let Some(upload) = open.upload
+                {
+                    abort_detached(upload);
+                }
             }
         }
     }
 
     fn status(&self) -> SinkStatus {
         let stats = self.client.stats();
-        let open = self.parts.iter().flatten().filter_map(|w| w.open.as_ref());
+        let open = self.parts.iter().flatten().map(|w| w.opens().count());
         SinkStatus {
             reconnects: 0,
             retries: self.finisher.failures.get(),
@@ -1400,7 +1875,7 @@ impl Sink for S3Sink {
             buffered_peak: self.total.peak(),
             encoded_bytes: self.encoded,
             uploaded_bytes: stats.body_bytes,
-            objects_open: open.count() as u64,
+            objects_open: open.sum::<usize>() as u64,
             buffered_bytes: self.total.current(),
         }
     }

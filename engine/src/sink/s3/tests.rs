@@ -59,7 +59,7 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 
 /// The open object's first offset and message count on slot 0.
 fn open_of(sink: &S3Sink) -> Option<(u64, u64)> {
-    let open = sink.parts.first()?.as_ref()?.open.as_ref()?;
+    let open = sink.parts.first()?.as_ref()?.open(0)?;
     Some((open.first.offset, open.count))
 }
 
@@ -200,4 +200,284 @@ fn the_sink_reports_what_it_holds_as_it_changes() {
         assert_eq!(acks.take_held(), Some(0), "a dropped object holds nothing");
         assert_eq!(sink.status().buffered_peak, 455);
     });
+}
+
+const SPLIT: &str = r#"
+[[sink]]
+name = "lake"
+type = "s3"
+source = "generate"
+[sink.s3]
+bucket = "lake"
+endpoint = "http://127.0.0.1:9"
+access_key_id = "ak"
+secret_access_key = "sk"
+key = "{header.region}/{partition}-{first_offset}.{ext}"
+max_open_objects = 2
+"#;
+
+fn split_sink(extra: &str) -> (S3Sink, Acks) {
+    let text = format!("{SPLIT}{extra}\n");
+    let config = crate::config::parse(&text, Path::new("t.toml"), &|_| None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let acks = Acks::new();
+    let sink =
+        S3Sink::new(&config.sinks[0], 0, false, acks.clone()).unwrap_or_else(|e| panic!("{e}"));
+    (sink, acks)
+}
+
+/// Messages at `offsets` with the header `region` from `regions` (by offset, cycled).
+fn regional(offsets: std::ops::Range<u64>, regions: &[&str]) -> Batch {
+    let mut b = batch(offsets, 10);
+    for m in &mut b.messages {
+        let r = regions[(m.offset as usize) % regions.len()];
+        m.headers = crate::message::encode_headers(&[("region", r)]);
+    }
+    b
+}
+
+/// The open objects of slot 0: (values, first offset, count), by first offset.
+fn opens_of(sink: &S3Sink) -> Vec<(Vec<String>, u64, u64)> {
+    let mut v: Vec<_> = sink.parts[0]
+        .as_ref()
+        .map(|w| {
+            w.lanes
+                .iter()
+                .filter_map(|l| {
+                    let o = l.open.as_ref()?;
+                    Some((l.split.clone(), o.first.offset, o.count))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort_by_key(|o| o.1);
+    v
+}
+
+fn ledger_of(sink: &S3Sink) -> std::cell::Ref<'_, Ledger> {
+    match sink.parts[0].as_ref() {
+        Some(w) => w.shared.ledger.borrow(),
+        None => panic!("no writer"),
+    }
+}
+
+fn values(v: &str) -> Vec<String> {
+    vec![v.to_owned()]
+}
+
+fn confirmed(acks: &Acks) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    acks.drain_into(&mut out);
+    out.into_iter()
+        .filter(|a| a.outcome == crate::sink::Outcome::Confirmed)
+        .map(|a| (a.first, a.last))
+        .collect()
+}
+
+/// A key with a header field keeps one open object per value, each holding only its own
+/// messages; a third value while `max_open_objects` (2) are open closes the oldest first.
+/// The watermark stays before the oldest object not complete, closing ones included.
+#[test]
+fn a_key_that_splits_keeps_one_open_object_per_value_and_closes_the_oldest_for_a_new_one() {
+    let (mut sink, _acks) = split_sink("");
+    block_on(async {
+        sink.deliver(regional(0..4, &["eu", "us"]))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            opens_of(&sink),
+            [(values("eu"), 0, 2), (values("us"), 1, 2)],
+            "eu holds 0 and 2, us holds 1 and 3"
+        );
+        assert_eq!(
+            ledger_of(&sink).watermark(),
+            None,
+            "offset 0 is in an open object"
+        );
+        sink.deliver(regional(4..5, &["ap"]))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            opens_of(&sink),
+            [(values("us"), 1, 2), (values("ap"), 4, 1)],
+            "eu, the oldest, was closed for ap"
+        );
+        let ledger = ledger_of(&sink);
+        assert_eq!(
+            ledger.unsettled.iter().copied().collect::<Vec<_>>(),
+            [0, 1, 4],
+            "eu's object is closing, not complete"
+        );
+        assert_eq!(ledger.watermark(), None);
+        assert_eq!(ledger.handed, Some(4));
+    });
+}
+
+/// A partition running `max_split_lag` messages past its oldest open object closes it (else
+/// a rare value would hold the watermark, and the engine's tracking of every message past it,
+/// without bound).
+#[test]
+fn the_oldest_object_is_closed_once_the_partition_runs_max_split_lag_past_it() {
+    let (mut sink, _acks) = split_sink("max_split_lag = 10");
+    block_on(async {
+        sink.deliver(regional(0..1, &["rare"]))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        sink.deliver(regional(1..10, &["common"]))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            opens_of(&sink),
+            [(values("rare"), 0, 1), (values("common"), 1, 9)]
+        );
+        sink.deliver(regional(10..11, &["common"]))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            opens_of(&sink),
+            [(values("common"), 1, 10)],
+            "offset 10 is 10 past rare's first: rare is closed"
+        );
+    });
+}
+
+/// A message of values whose complete object already holds it (a redelivery after a failure,
+/// or a restart before the marker's watermark passed it) is settled without being written;
+/// what the watermark passes is confirmed once per batch.
+#[test]
+fn messages_in_a_complete_object_of_their_values_are_confirmed_without_being_written() {
+    let (mut sink, acks) = split_sink("");
+    sink.resumed.insert(
+        (Rc::from("s"), Rc::from("t"), 1),
+        Marker {
+            last: Some(1),
+            done: [(values("us"), 5)].into_iter().collect(),
+        },
+    );
+    block_on(async {
+        sink.deliver(regional(2..6, &["us"]))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(opens_of(&sink), [], "2..=5 are in us's complete object");
+        assert_eq!(confirmed(&acks), [(0, 5)]);
+        sink.deliver(regional(6..8, &["us", "eu"]))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            opens_of(&sink),
+            [(values("us"), 6, 1), (values("eu"), 7, 1)]
+        );
+        assert_eq!(confirmed(&acks), [], "6 and 7 are in open objects");
+    });
+}
+
+/// A message without the key's header goes to `on_error`, named; under `fail` the watermark
+/// never passes it (the engine stops there), under `skip` it is settled.
+#[test]
+fn a_message_without_the_split_field_goes_to_on_error_and_fail_holds_the_watermark() {
+    for (policy, watermark) in [("fail", None), ("skip", Some(0))] {
+        let text = SPLIT.replace(
+            "source = \"generate\"",
+            &format!("source = \"generate\"\non_error = \"{policy}\""),
+        );
+        let config = crate::config::parse(&text, Path::new("t.toml"), &|_| None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let acks = Acks::new();
+        let mut sink =
+            S3Sink::new(&config.sinks[0], 0, false, acks.clone()).unwrap_or_else(|e| panic!("{e}"));
+        block_on(async {
+            sink.deliver(batch(0..1, 10))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        });
+        let mut out = Vec::new();
+        acks.drain_into(&mut out);
+        let failed = out.iter().find_map(|a| match &a.outcome {
+            crate::sink::Outcome::Failed(r) => Some(r.clone()),
+            _ => None,
+        });
+        assert!(
+            failed
+                .as_deref()
+                .is_some_and(|r| r.contains("header \"region\"")),
+            "{policy}: {out:?}"
+        );
+        assert_eq!(ledger_of(&sink).watermark(), watermark, "{policy}");
+    }
+}
+
+/// The ledger's watermark is before its oldest unsettled first offset, or the last offset
+/// taken; a reset after a failure starts delivery again just past it and counts nothing past.
+#[test]
+fn the_ledger_watermark_and_its_reset() {
+    let mut l = Ledger::default();
+    assert_eq!(l.watermark(), None);
+    l.handed = Some(9);
+    assert_eq!(l.watermark(), Some(9));
+    l.unsettled.extend([7, 3]);
+    assert_eq!(l.watermark(), Some(2));
+    l.done.insert(values("a"), 2);
+    l.done.insert(values("b"), 8);
+    l.prune();
+    assert_eq!(l.done.len(), 1, "a's mark is at the watermark: forgotten");
+    assert_eq!(l.reset(), 3);
+    assert_eq!((l.watermark(), l.generation), (Some(2), 1));
+    assert!(l.unsettled.is_empty());
+    let acks = Acks::new();
+    l.advance(&acks, 0);
+    l.advance(&acks, 0);
+    l.handed = Some(4);
+    l.advance(&acks, 0);
+    assert_eq!(
+        confirmed(&acks),
+        [(0, 2), (3, 4)],
+        "each offset confirmed once"
+    );
+    l.unsettled.insert(0);
+    assert_eq!(l.watermark(), None, "offset 0 unsettled: nothing is");
+}
+
+/// Markers: the watermark (or null), and the split marks past it, sorted; an earlier run's
+/// marker without marks reads as it did; a damaged one is named.
+#[test]
+fn markers_round_trip_and_damaged_ones_are_named() {
+    let mut l = Ledger::default();
+    l.unsettled.insert(10);
+    l.done.insert(values("z"), 30);
+    l.done.insert(vec!["a".to_owned(), "\"q\"".to_owned()], 20);
+    l.done.insert(values("old"), 4);
+    let m = Marker::of(&l, 30);
+    let json = m.to_json("k/1");
+    assert_eq!(
+        String::from_utf8_lossy(&json),
+        r#"{"last_offset":9,"object":"k/1","split":[{"values":["a","\"q\""],"last_offset":20},{"values":["z"],"last_offset":30}]}"#
+    );
+    assert_eq!(parse_marker(&json), Ok(m));
+    assert_eq!(
+        parse_marker(br#"{"last_offset":149,"object":"c/x"}"#),
+        Ok(Marker {
+            last: Some(149),
+            done: HashMap::new()
+        })
+    );
+    assert_eq!(
+        parse_marker(br#"{"last_offset":null,"object":"c/x"}"#).map(|m| m.last),
+        Ok(None)
+    );
+    for (body, says) in [
+        (&br#"{"object":"c/x"}"#[..], "no last_offset"),
+        (br#"{"last_offset":1,"split":{}}"#, "not a list"),
+        (
+            br#"{"last_offset":1,"split":[{"values":[1],"last_offset":2}]}"#,
+            "values",
+        ),
+        (
+            br#"{"last_offset":1,"split":[{"values":["a"]}]}"#,
+            "last_offset",
+        ),
+        (b"{", "not JSON"),
+    ] {
+        let e = parse_marker(body).unwrap_err();
+        assert!(e.contains(says), "{e}");
+    }
 }
