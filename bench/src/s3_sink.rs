@@ -169,6 +169,9 @@ enum Client {
     OursRaw,
     /// The engine, `parquet` format.
     OursParquet(Pq),
+    /// The engine, json_lines with zstd, keys split by the payload's site ([`SPLIT_KEY`]):
+    /// eight objects open per partition.
+    OursSplit,
     Uploader,
     Peer,
 }
@@ -186,6 +189,7 @@ impl Client {
             Client::OursSingle => "ours, json_lines, none, 8 MiB objects (PutObject)".to_owned(),
             Client::OursRaw => "ours, raw, none".to_owned(),
             Client::OursParquet(pq) => format!("ours, parquet, {}", pq.name()),
+            Client::OursSplit => "ours, json_lines, zstd, key split by {json./site}".to_owned(),
             Client::Uploader => LIMIT.to_owned(),
             Client::Peer => PEER.to_owned(),
         }
@@ -198,11 +202,16 @@ impl Client {
             Client::OursSingle => "ours-single".to_owned(),
             Client::OursRaw => "ours-raw".to_owned(),
             Client::OursParquet(pq) => format!("ours-parquet-{}", pq.tag()),
+            Client::OursSplit => "ours-split".to_owned(),
             Client::Uploader => "uploader".to_owned(),
             Client::Peer => "peer".to_owned(),
         }
     }
 }
+
+/// The split row's key: one object per site (8 in the data) per partition, each holding only
+/// its site's messages (checked after each run).
+const SPLIT_KEY: &str = "key = \"{json./site}/{partition}-{first_offset}.{ext}\"";
 
 /// The Parquet variants measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -426,10 +435,12 @@ fn one(
         | Client::OursWith(_)
         | Client::OursSingle
         | Client::OursRaw
-        | Client::OursParquet(_) => {
+        | Client::OursParquet(_)
+        | Client::OursSplit => {
             let (codec, integrity) = match client {
                 Client::OursWith(i) => (Codec::None, i),
                 Client::Ours(c) => (c, ours::Integrity::Crc32c),
+                Client::OursSplit => (Codec::Zstd, ours::Integrity::Crc32c),
                 _ => (Codec::None, ours::Integrity::Crc32c),
             };
             let measure = ours::run(&ours::Job {
@@ -451,6 +462,7 @@ fn one(
                 },
                 extra: match client {
                     Client::OursParquet(pq) => pq.config(),
+                    Client::OursSplit => SPLIT_KEY,
                     _ => "",
                 },
             })?;
@@ -461,6 +473,9 @@ fn one(
             } else {
                 data::read_objects(&dir, codec, keep)?
             };
+            if client == Client::OursSplit {
+                data::check_split_by_site(&dir)?;
+            }
             remove(&dir)?;
             if stored.lines != fx.plan.messages() {
                 return Err(format!(
@@ -600,6 +615,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         Client::OursParquet(Pq::Zstd),
         Client::OursParquet(Pq::Snappy),
         Client::OursParquet(Pq::Typed),
+        Client::OursSplit,
         Client::Uploader,
     ];
     if peer::AVAILABLE {
@@ -820,6 +836,51 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
                 ours,
                 peer: peer.unwrap_or(f64::NAN),
                 peer_name: "ours, json_lines, zstd",
+                unit,
+                better,
+            });
+        }
+    }
+    // Keys split by a field against the same json_lines + zstd without: eight open objects
+    // per partition instead of one.
+    if let Some(o) = find(Client::OursSplit) {
+        let scenario = format!("iggy_to_s3_{payload_name}_1KiB_json_lines_zstd_split_by_site");
+        for (metric, unit, better, ours, peer) in [
+            (
+                "MB_per_s",
+                "MB/s of payload",
+                Better::Higher,
+                o.payload_mb_s,
+                zstd_lines.map(|z| z.payload_mb_s),
+            ),
+            (
+                "cpu_s_per_GiB",
+                "CPU s/GiB of payload",
+                Better::Lower,
+                o.cpu_s_per_gib,
+                zstd_lines.map(|z| z.cpu_s_per_gib),
+            ),
+            (
+                "stored_per_payload",
+                "object bytes per payload byte",
+                Better::Lower,
+                o.size_ratio,
+                zstd_lines.map(|z| z.size_ratio),
+            ),
+            (
+                "rss_rise_MiB",
+                "MiB of RSS over the process's start level",
+                Better::Lower,
+                o.rss_growth_mib,
+                zstd_lines.map(|z| z.rss_growth_mib),
+            ),
+        ] {
+            rows.push(Row {
+                scenario: scenario.clone(),
+                metric,
+                ours,
+                peer: peer.unwrap_or(f64::NAN),
+                peer_name: "ours, json_lines, zstd, one object per partition",
                 unit,
                 better,
             });

@@ -208,6 +208,44 @@ pub fn read_objects(dir: &Path, codec: Codec, keep: bool) -> Result<Stored, Stri
     Ok(stored)
 }
 
+/// Checks the objects of the split row: each key under `dir` begins with a site, and every
+/// record of the object (zstd json_lines) has that site in its payload.
+pub fn check_split_by_site(dir: &Path) -> Result<(), String> {
+    let mut sites = std::collections::BTreeSet::new();
+    for path in object_files(dir)? {
+        let site = path
+            .strip_prefix(dir)
+            .ok()
+            .and_then(|p| p.components().next())
+            .and_then(|c| c.as_os_str().to_str())
+            .ok_or_else(|| format!("{}: no site in the key", path.display()))?
+            .to_owned();
+        let raw = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = zstd::stream::decode_all(&raw[..])
+            .map_err(|e| format!("{}: zstd: {e}", path.display()))?;
+        for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let v: serde_json::Value = serde_json::from_slice(line)
+                .map_err(|e| format!("{}: a line that is not JSON: {e}", path.display()))?;
+            let got = v["payload"]["site"].as_str().unwrap_or("");
+            if got != site {
+                return Err(format!(
+                    "{}: offset {} of site {got:?} in the object of {site:?}",
+                    path.display(),
+                    v["offset"]
+                ));
+            }
+        }
+        sites.insert(site);
+    }
+    if sites.len() < 2 {
+        return Err(format!(
+            "the split objects name {} sites, not 8",
+            sites.len()
+        ));
+    }
+    Ok(())
+}
+
 /// The Parquet objects under `dir`: their bytes, and their rows counted from each footer
 /// (every object must be a whole Parquet file).
 pub fn read_parquet(dir: &Path) -> Result<Stored, String> {

@@ -1293,8 +1293,42 @@ impl S3Sink {
             if full && !self.close(slot, lane).await {
                 return false;
             }
+            if let Some(fullest) = self.over_window(slot)
+                && !self.close(slot, fullest).await
+            {
+                return false;
+            }
             return true;
         }
+    }
+
+    /// Under a key that splits: when the partition's lanes together hold more than one part
+    /// window (`part_size x (parts_in_flight + 1)`) of output not yet uploaded, the lane
+    /// holding the most, to be closed. A lane uploads only once it holds a part, so without
+    /// this many lanes could hold most of a part each, past what the shard's budget allows,
+    /// and wait for messages the engine does not poll while the budget is full.
+    fn over_window(&self, slot: usize) -> Option<usize> {
+        if !self.splits {
+            return None;
+        }
+        let w = self.parts.get(slot)?.as_ref()?;
+        let window = self
+            .cfg
+            .part_size
+            .0
+            .saturating_mul(self.cfg.parts_in_flight as u64 + 1);
+        if w.counted <= window {
+            return None;
+        }
+        w.lanes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| {
+                let open = l.open.as_ref()?;
+                Some((i, l.encoder.held() + open.pending_len))
+            })
+            .max_by_key(|&(_, held)| held)
+            .map(|(i, _)| i)
     }
 }
 

@@ -217,7 +217,10 @@ max_open_objects = 2
 "#;
 
 fn split_sink(extra: &str) -> (S3Sink, Acks) {
-    let text = format!("{SPLIT}{extra}\n");
+    let mut text = format!("{SPLIT}{extra}\n");
+    if extra.contains("max_open_objects") {
+        text = text.replacen("max_open_objects = 2\n", "", 1);
+    }
     let config = crate::config::parse(&text, Path::new("t.toml"), &|_| None)
         .unwrap_or_else(|e| panic!("{e}"));
     let acks = Acks::new();
@@ -238,8 +241,10 @@ fn regional(offsets: std::ops::Range<u64>, regions: &[&str]) -> Batch {
 
 /// The open objects of slot 0: (values, first offset, count), by first offset.
 fn opens_of(sink: &S3Sink) -> Vec<(Vec<String>, u64, u64)> {
-    let mut v: Vec<_> = sink.parts[0]
-        .as_ref()
+    let mut v: Vec<_> = sink
+        .parts
+        .first()
+        .and_then(Option::as_ref)
         .map(|w| {
             w.lanes
                 .iter()
@@ -480,4 +485,39 @@ fn markers_round_trip_and_damaged_ones_are_named() {
         let e = parse_marker(body).unwrap_err();
         assert!(e.contains(says), "{e}");
     }
+}
+
+/// Lanes upload only once they hold a part: many lanes each holding most of one would hold
+/// many part windows per partition, past what the shard's budget is sized for, and wait for
+/// messages the engine does not poll while that budget is full. Together they hold at most
+/// one window (here 5 MiB x 2) plus a message: the lane holding the most is closed past it.
+#[test]
+fn the_lanes_of_a_partition_together_hold_at_most_one_part_window() {
+    let (mut sink, _acks) = split_sink(
+        "max_open_objects = 8\npart_size = \"5MiB\"\nparts_in_flight = 1\nformat = \"raw\"",
+    );
+    let regions = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    let window = 10u64 << 20;
+    let message = 1u64 << 20;
+    let mut peak = 0;
+    let mut closed = 0;
+    block_on(async {
+        for n in 0..40u64 {
+            let mut b = batch(n..n + 1, message as usize);
+            b.messages[0].headers =
+                crate::message::encode_headers(&[("region", regions[n as usize % 8])]);
+            let before = opens_of(&sink).len();
+            sink.deliver(b).await.unwrap_or_else(|e| panic!("{e}"));
+            let counted = sink.parts[0].as_ref().map_or(0, |w| w.counted);
+            peak = peak.max(counted);
+            if opens_of(&sink).len() <= before && n >= 8 {
+                closed += 1;
+            }
+        }
+    });
+    assert!(
+        peak <= window + message + 1,
+        "the lanes held {peak} bytes, more than a window ({window}) and a message"
+    );
+    assert!(closed > 0, "no lane was closed for the window");
 }
