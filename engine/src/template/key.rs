@@ -103,7 +103,6 @@ impl KeyTemplate {
     /// their order, into `out` (cleared first); the error names the field `m` lacks.
     pub fn split_values(&self, m: &Message, out: &mut Vec<String>) -> Result<(), String> {
         out.clear();
-        let mut json: Option<serde_json::Value> = None;
         for piece in self.0.pieces() {
             match piece {
                 Piece::Field(Field::Header(name)) => match header(&m.headers, name) {
@@ -116,23 +115,7 @@ impl KeyTemplate {
                     }
                 },
                 Piece::Field(Field::Json(pointer)) => {
-                    let value = match &json {
-                        Some(v) => v,
-                        None => json.insert(serde_json::from_slice(&m.payload).map_err(|e| {
-                            format!(
-                                "the key template reads {{json.{pointer}}} but the payload at offset {} is not JSON: {e}",
-                                m.offset
-                            )
-                        })?),
-                    };
-                    let mut v = String::new();
-                    super::json_field_into(value, pointer, &mut v).map_err(|e| {
-                        format!(
-                            "the key template reads {{json.{pointer}}}: {e} (offset {})",
-                            m.offset
-                        )
-                    })?;
-                    out.push(v);
+                    out.push(json_field(&m.payload, pointer, m.offset)?);
                 }
                 _ => {}
             }
@@ -181,7 +164,6 @@ fn render_fields(
     let mut civil = None;
     // The object's values of the header and JSON fields, in order (a split object's).
     let mut values = input.split.filter(|_| escape).map(|v| v.iter());
-    let mut json: Option<serde_json::Value> = None;
     t.render_into(out, |field, out| {
         if let (Some(values), Field::Header(_) | Field::Json(_)) = (values.as_mut(), field) {
             match values.next() {
@@ -230,24 +212,31 @@ fn render_fields(
                 }
             },
             Field::Json(pointer) => {
-                let value = match &json {
-                    Some(v) => v,
-                    None => json.insert(serde_json::from_slice(&input.first.payload).map_err(|e| {
-                        format!(
-                            "the key template reads {{json.{pointer}}} but the payload at offset {} is not JSON: {e}",
-                            input.first.offset
-                        )
-                    })?),
-                };
-                let mut v = String::new();
-                super::json_field_into(value, pointer, &mut v)?;
-                put(out, &v);
+                put(out, &json_field(&input.first.payload, pointer, input.first.offset)?);
             }
             Field::Named(_) => {}
         }
         Ok(())
     })?;
     Ok(())
+}
+
+/// The value of a key's `{json./POINTER}` in the payload of the message at `offset`; the error
+/// names the pointer and what is wrong.
+fn json_field(payload: &[u8], pointer: &str, offset: u64) -> Result<String, String> {
+    use super::pointer::{Found, find};
+    match find(payload, pointer) {
+        Ok(Found::Scalar(v)) => Ok(v),
+        Ok(Found::NotScalar) => Err(format!(
+            "the key template reads {{json.{pointer}}}: the payload's {pointer} is not a string, number or boolean (offset {offset})"
+        )),
+        Ok(Found::Missing) => Err(format!(
+            "the key template reads {{json.{pointer}}}: the payload has no field {pointer} (offset {offset})"
+        )),
+        Err(e) => Err(format!(
+            "the key template reads {{json.{pointer}}} but the payload at offset {offset} is not JSON: {e}"
+        )),
+    }
 }
 
 /// What a value template (`s3.user_metadata`, `s3.tags`) takes: what a key takes but the last

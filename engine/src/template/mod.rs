@@ -12,6 +12,7 @@
 
 pub mod key;
 pub mod name;
+pub mod pointer;
 pub mod topic;
 
 /// A placeholder with no argument.
