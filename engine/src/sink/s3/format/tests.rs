@@ -1105,3 +1105,39 @@ fn unpush_takes_the_last_record_back_exactly() {
         assert_eq!(json_lines(&out).len(), 2);
     }
 }
+
+/// The window a zstd frame declares (its header's Window_Descriptor), as a power of two.
+fn zstd_window_log(frame: &[u8]) -> u32 {
+    assert_eq!(frame[..4], [0x28, 0xb5, 0x2f, 0xfd], "a zstd frame");
+    let descriptor = frame[4];
+    assert_eq!(descriptor & 0x20, 0, "not a single-segment frame");
+    u32::from(frame[5] >> 3) + 10
+}
+
+/// The default zstd level compresses with a 256 KiB window (and small tables, see
+/// ZSTD_TABLES); a level set explicitly takes zstd's own parameters (level 3: 2 MiB). Both
+/// decode to the records.
+#[test]
+fn default_zstd_compresses_with_a_small_window_and_a_set_level_with_its_own() {
+    let msgs: Vec<Message> = (0..3000)
+        .map(|i| {
+            msg(
+                i,
+                format!("{{\"n\":{i},\"pad\":\"{}\"}}", "q".repeat(i as usize % 300)).as_bytes(),
+                Bytes::new(),
+            )
+        })
+        .collect();
+    let mut plain = Encoder::new(opts(Format::JsonLines, Compression::None)).unwrap();
+    let expected = object(&mut plain, &msgs);
+    for (level, window_log) in [(None, 18), (Some(3), 21)] {
+        let mut enc = Encoder::new(FormatOptions {
+            level,
+            ..opts(Format::JsonLines, Compression::Zstd)
+        })
+        .unwrap();
+        let out = object(&mut enc, &msgs);
+        assert_eq!(zstd_window_log(&out), window_log, "level {level:?}");
+        assert_eq!(zstd::stream::decode_all(&out[..]).unwrap(), expected);
+    }
+}
