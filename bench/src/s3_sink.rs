@@ -509,6 +509,57 @@ fn one(
     }
 }
 
+/// The rows of one of ours against another of ours on the same data (`base`, named
+/// `base_name`): speed, CPU, object size and memory.
+fn versus(
+    scenario: &str,
+    o: &Summary,
+    base: Option<&Summary>,
+    base_name: &'static str,
+) -> Vec<Row> {
+    [
+        (
+            "MB_per_s",
+            "MB/s of payload",
+            Better::Higher,
+            o.payload_mb_s,
+            base.map(|z| z.payload_mb_s),
+        ),
+        (
+            "cpu_s_per_GiB",
+            "CPU s/GiB of payload",
+            Better::Lower,
+            o.cpu_s_per_gib,
+            base.map(|z| z.cpu_s_per_gib),
+        ),
+        (
+            "stored_per_payload",
+            "object bytes per payload byte",
+            Better::Lower,
+            o.size_ratio,
+            base.map(|z| z.size_ratio),
+        ),
+        (
+            "rss_rise_MiB",
+            "MiB of RSS over the process's start level",
+            Better::Lower,
+            o.rss_growth_mib,
+            base.map(|z| z.rss_growth_mib),
+        ),
+    ]
+    .into_iter()
+    .map(|(metric, unit, better, ours, peer)| Row {
+        scenario: scenario.to_owned(),
+        metric,
+        ours,
+        peer: peer.unwrap_or(f64::NAN),
+        peer_name: base_name,
+        unit,
+        better,
+    })
+    .collect()
+}
+
 fn summary_table(summaries: &[Summary]) -> String {
     let head = [
         "client",
@@ -796,95 +847,21 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
     // Parquet against json_lines with zstd, on the same data: speed, CPU and object size.
     let zstd_lines = find(Client::Ours(Codec::Zstd));
     for pq in [Pq::Zstd, Pq::Snappy, Pq::Typed] {
-        let Some(o) = find(Client::OursParquet(pq)) else {
-            continue;
-        };
-        let scenario = format!("iggy_to_s3_{payload_name}_1KiB_parquet_{}", pq.tag());
-        for (metric, unit, better, ours, peer) in [
-            (
-                "MB_per_s",
-                "MB/s of payload",
-                Better::Higher,
-                o.payload_mb_s,
-                zstd_lines.map(|z| z.payload_mb_s),
-            ),
-            (
-                "cpu_s_per_GiB",
-                "CPU s/GiB of payload",
-                Better::Lower,
-                o.cpu_s_per_gib,
-                zstd_lines.map(|z| z.cpu_s_per_gib),
-            ),
-            (
-                "stored_per_payload",
-                "object bytes per payload byte",
-                Better::Lower,
-                o.size_ratio,
-                zstd_lines.map(|z| z.size_ratio),
-            ),
-            (
-                "rss_rise_MiB",
-                "MiB of RSS over the process's start level",
-                Better::Lower,
-                o.rss_growth_mib,
-                zstd_lines.map(|z| z.rss_growth_mib),
-            ),
-        ] {
-            rows.push(Row {
-                scenario: scenario.clone(),
-                metric,
-                ours,
-                peer: peer.unwrap_or(f64::NAN),
-                peer_name: "ours, json_lines, zstd",
-                unit,
-                better,
-            });
+        if let Some(o) = find(Client::OursParquet(pq)) {
+            let scenario = format!("iggy_to_s3_{payload_name}_1KiB_parquet_{}", pq.tag());
+            rows.extend(versus(&scenario, o, zstd_lines, "ours, json_lines, zstd"));
         }
     }
     // Keys split by a field against the same json_lines + zstd without: eight open objects
     // per partition instead of one.
     if let Some(o) = find(Client::OursSplit) {
         let scenario = format!("iggy_to_s3_{payload_name}_1KiB_json_lines_zstd_split_by_site");
-        for (metric, unit, better, ours, peer) in [
-            (
-                "MB_per_s",
-                "MB/s of payload",
-                Better::Higher,
-                o.payload_mb_s,
-                zstd_lines.map(|z| z.payload_mb_s),
-            ),
-            (
-                "cpu_s_per_GiB",
-                "CPU s/GiB of payload",
-                Better::Lower,
-                o.cpu_s_per_gib,
-                zstd_lines.map(|z| z.cpu_s_per_gib),
-            ),
-            (
-                "stored_per_payload",
-                "object bytes per payload byte",
-                Better::Lower,
-                o.size_ratio,
-                zstd_lines.map(|z| z.size_ratio),
-            ),
-            (
-                "rss_rise_MiB",
-                "MiB of RSS over the process's start level",
-                Better::Lower,
-                o.rss_growth_mib,
-                zstd_lines.map(|z| z.rss_growth_mib),
-            ),
-        ] {
-            rows.push(Row {
-                scenario: scenario.clone(),
-                metric,
-                ours,
-                peer: peer.unwrap_or(f64::NAN),
-                peer_name: "ours, json_lines, zstd, one object per partition",
-                unit,
-                better,
-            });
-        }
+        rows.extend(versus(
+            &scenario,
+            o,
+            zstd_lines,
+            "ours, json_lines, zstd, one object per partition",
+        ));
     }
     if let (Some(o), Some(l)) = (find(Client::Ours(Codec::None)), limit) {
         rows.push(Row {

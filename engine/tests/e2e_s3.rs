@@ -328,17 +328,10 @@ fn a_crash_between_an_upload_and_its_offset_commit_never_writes_a_message_twice(
 /// five SIGKILLs at random moments, each followed by a restart.
 #[test]
 fn faults_and_five_sigkills_leave_every_offset_in_exactly_one_object() {
-    use spillway_tests::{FaultPlan, FaultProxy, TestMessage};
+    use spillway_tests::TestMessage;
     const PER_PARTITION: u64 = 50_000;
     let s3 = S3Server::start().unwrap();
-    let proxy = FaultProxy::start(
-        s3.addr(),
-        FaultPlan::seeded(0x5eed)
-            .drop_mid_body(0.03)
-            .status_500(0.03)
-            .slow_down_503(0.03),
-    )
-    .unwrap();
+    let proxy = common::faulty_store(&s3, 0x5eed);
     let iggy = iggy();
     let mut admin = iggy.admin().unwrap();
     let t = topic(&iggy, "s3faults", 2);
@@ -377,17 +370,7 @@ fn faults_and_five_sigkills_leave_every_offset_in_exactly_one_object() {
         engine.signal("KILL");
         let _ = engine.wait(Duration::from_secs(10));
         // What Iggy holds never passes what is in complete objects.
-        let done = records();
-        for p in 0..2u64 {
-            if let Some(stored) = common::stored(&mut admin, &t, "faults", p as u32) {
-                let have = done.iter().filter(|(q, o)| *q == p && *o <= stored).count() as u64;
-                assert_eq!(
-                    have,
-                    stored + 1,
-                    "round {round}: partition {p} stored {stored} but only {have} of those offsets are in objects"
-                );
-            }
-        }
+        common::assert_stored_in_objects(&mut admin, &t, "faults", &records(), round);
     }
     let mut engine = Engine::start(dir.path(), "faults-last", &cfg);
     wait_stored(

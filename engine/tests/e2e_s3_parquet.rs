@@ -534,17 +534,9 @@ fn parquet_offsets(bucket: &Path, prefix: &str) -> Vec<(u64, u64)> {
 /// same objects under the same keys), and every object is a whole Parquet file.
 #[test]
 fn parquet_objects_survive_faults_and_sigkills_with_every_offset_once() {
-    use spillway_tests::{FaultPlan, FaultProxy};
     const PER_PARTITION: u64 = 20_000;
     let s3 = S3Server::start().unwrap();
-    let proxy = FaultProxy::start(
-        s3.addr(),
-        FaultPlan::seeded(0x9a7)
-            .drop_mid_body(0.03)
-            .status_500(0.03)
-            .slow_down_503(0.03),
-    )
-    .unwrap();
+    let proxy = common::faulty_store(&s3, 0x9a7);
     let iggy = IggyServer::start().unwrap();
     let mut admin = iggy.admin().unwrap();
     let t = topic(&iggy, "s3pqkill", 2);
@@ -578,16 +570,7 @@ fn parquet_objects_survive_faults_and_sigkills_with_every_offset_once() {
         engine.signal("KILL");
         let _ = engine.wait(Duration::from_secs(10));
         let done = parquet_offsets(&s3.bucket_dir(), "k/");
-        for p in 0..2u64 {
-            if let Some(stored) = common::stored(&mut admin, &t, "pqkill", p as u32) {
-                let have = done.iter().filter(|(q, o)| *q == p && *o <= stored).count() as u64;
-                assert_eq!(
-                    have,
-                    stored + 1,
-                    "round {round}: partition {p} stored {stored} but only {have} of those offsets are in objects"
-                );
-            }
-        }
+        common::assert_stored_in_objects(&mut admin, &t, "pqkill", &done, round);
     }
     let mut engine = Engine::start(dir.path(), "pqkill-last", &cfg);
     wait_stored(

@@ -116,17 +116,9 @@ fn send_range(admin: &mut IggyAdmin, t: &Topic, p: u32, range: std::ops::Range<u
 /// the values its key names.
 #[test]
 fn split_objects_survive_faults_and_sigkills_with_every_offset_once_and_only_their_values() {
-    use spillway_tests::{FaultPlan, FaultProxy};
     const PER_PARTITION: u64 = 10_000;
     let s3 = S3Server::start().unwrap();
-    let proxy = FaultProxy::start(
-        s3.addr(),
-        FaultPlan::seeded(0x5b117)
-            .drop_mid_body(0.03)
-            .status_500(0.03)
-            .slow_down_503(0.03),
-    )
-    .unwrap();
+    let proxy = common::faulty_store(&s3, 0x5b117);
     let iggy = IggyServer::start().unwrap();
     let mut admin = iggy.admin().unwrap();
     let t = topic(&iggy, "s3split", 2);
@@ -150,23 +142,13 @@ fn split_objects_survive_faults_and_sigkills_with_every_offset_once_and_only_the
         std::thread::sleep(Duration::from_millis(fastrand::u64(800..2500)));
         engine.signal("KILL");
         let _ = engine.wait(Duration::from_secs(10));
-        let done = offsets(&s3.bucket_dir());
-        for p in 0..2u64 {
-            if let Some(stored) = common::stored(&mut admin, &t, "split", p as u32) {
-                let mut have: Vec<u64> = done
-                    .iter()
-                    .filter(|(q, o)| *q == p && *o <= stored)
-                    .map(|(_, o)| *o)
-                    .collect();
-                have.dedup();
-                assert_eq!(
-                    have.len() as u64,
-                    stored + 1,
-                    "round {round}: partition {p} stored {stored} but only {} of those offsets are in objects",
-                    have.len()
-                );
-            }
-        }
+        common::assert_stored_in_objects(
+            &mut admin,
+            &t,
+            "split",
+            &offsets(&s3.bucket_dir()),
+            round,
+        );
     }
     let mut engine = Engine::start(dir.path(), "split-last", &cfg);
     wait_stored(
