@@ -202,22 +202,16 @@ fn the_sink_reports_what_it_holds_as_it_changes() {
     });
 }
 
-const SPLIT: &str = r#"
-[[sink]]
-name = "lake"
-type = "s3"
-source = "generate"
-[sink.s3]
-bucket = "lake"
-endpoint = "http://127.0.0.1:9"
-access_key_id = "ak"
-secret_access_key = "sk"
-key = "{header.region}/{partition}-{first_offset}.{ext}"
-max_open_objects = 2
-"#;
+/// [`CONFIG`] (json_lines) with a key split by the `region` header, two objects open at most.
+fn split_config() -> String {
+    CONFIG.replace(
+        "format = \"raw\"\n",
+        "key = \"{header.region}/{partition}-{first_offset}.{ext}\"\nmax_open_objects = 2\n",
+    )
+}
 
 fn split_sink(extra: &str) -> (S3Sink, Acks) {
-    let mut text = format!("{SPLIT}{extra}\n");
+    let mut text = format!("{}{extra}\n", split_config());
     if extra.contains("max_open_objects") {
         text = text.replacen("max_open_objects = 2\n", "", 1);
     }
@@ -381,7 +375,7 @@ fn messages_in_a_complete_object_of_their_values_are_confirmed_without_being_wri
 #[test]
 fn a_message_without_the_split_field_goes_to_on_error_and_fail_holds_the_watermark() {
     for (policy, watermark) in [("fail", None), ("skip", Some(0))] {
-        let text = SPLIT.replace(
+        let text = split_config().replace(
             "source = \"generate\"",
             &format!("source = \"generate\"\non_error = \"{policy}\""),
         );
