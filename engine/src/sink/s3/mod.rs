@@ -618,16 +618,11 @@ impl S3Sink {
     /// Whether a key can be rendered for an object that `m` (of the values in `self.values`)
     /// would start in `lane`; the reason if not.
     fn probe_key(&mut self, slot: usize, lane: usize, m: &Message) -> Result<(), String> {
-        let Some(l) = self
-            .parts
-            .get(slot)
-            .and_then(Option::as_ref)
-            .and_then(|w| w.lanes.get(lane))
-        else {
-            return Err("no writer".to_owned());
-        };
         let Some(w) = self.parts.get(slot).and_then(Option::as_ref) else {
             return Err("no writer".to_owned());
+        };
+        let Some(l) = w.lanes.get(lane) else {
+            return Err("no lane".to_owned());
         };
         let ext = l.encoder.extension();
         let input = KeyInput {
