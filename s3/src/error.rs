@@ -57,7 +57,14 @@ impl S3Error {
                     | "BadDigest"
                     | "XAmzContentSHA256Mismatch"
                     | "IncompleteBody"
+                    // AWS: a conditional write raced another on the same key; try again.
+                    | "ConditionalRequestConflict"
             )
+    }
+
+    /// The store refused a conditional write because its condition did not hold (412).
+    pub fn is_precondition_failed(&self) -> bool {
+        self.status == 412 || self.code == "PreconditionFailed"
     }
 }
 

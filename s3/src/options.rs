@@ -9,6 +9,7 @@
 //! | SSE-S3, SSE-KMS                | yes       | yes                   |            |          |          |
 //! | SSE-C (customer key)           | yes       | yes                   | yes        | yes      | yes      |
 //! | Content-MD5 (of that body)     | yes       |                       | yes        |          |          |
+//! | If-None-Match / If-Match       | yes       |                       |            | yes      |          |
 //!
 //! S3 requires the SSE-C key on every part and on every read of the object; it is also sent on
 //! Complete, which S3 needs when a bucket policy demands SSE-C.
@@ -107,6 +108,34 @@ pub struct ObjectOptions {
     /// CreateMultipartUpload and lists each part's checksum on CompleteMultipartUpload (S3 then
     /// keeps a composite checksum of the object).
     pub checksum: Checksum,
+    /// A precondition on the write (PutObject and CompleteMultipartUpload): the store
+    /// refuses the write with 412 `PreconditionFailed` when it does not hold.
+    pub condition: Option<Condition>,
+}
+
+/// A conditional write: what the key must hold for the write to happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    /// `If-None-Match: *`: the key holds no object (a key written once).
+    Absent,
+    /// `If-Match: <etag>`: the key holds the object of this ETag (a compare-and-swap).
+    Etag(String),
+}
+
+impl Condition {
+    /// The header and its value.
+    pub fn header(&self) -> (&'static str, String) {
+        match self {
+            Condition::Absent => ("if-none-match", "*".to_owned()),
+            Condition::Etag(etag) => ("if-match", quoted(etag)),
+        }
+    }
+}
+
+/// An ETag in double quotes, as S3 sends and expects it (some stores send it bare).
+pub fn quoted(etag: &str) -> String {
+    let bare = etag.trim().trim_matches('"');
+    format!("\"{bare}\"")
 }
 
 /// See [`ObjectOptions::checksum`].
@@ -253,6 +282,12 @@ impl ObjectOptions {
                 "x-amz-server-side-encryption-customer-key-md5",
                 b64.encode(Md5::digest(key)),
             );
+        }
+        if let Some(c) = &self.condition
+            && matches!(target, Target::PutObject | Target::CompleteMultipartUpload)
+        {
+            let (name, value) = c.header();
+            req.set_header(name, value);
         }
         if self.content_md5 && matches!(target, Target::PutObject | Target::UploadPart) {
             req.set_header("content-md5", crate::sign::content_md5_base64(&req.body));

@@ -294,6 +294,11 @@ impl ObjectWriter {
         })
     }
 
+    /// The object's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
     /// The multipart upload's id, once the first part has started.
     pub fn upload_id(&self) -> Option<&str> {
         self.upload_id.as_deref()

@@ -269,6 +269,7 @@ fn full_options() -> ObjectOptions {
         ],
         content_md5: true,
         checksum: Checksum::None,
+        condition: None,
     }
 }
 
@@ -1433,4 +1434,72 @@ fn not_implemented_is_not_retried_but_other_5xx_are() {
     assert!(err(500, "InternalError").is_retryable());
     assert!(err(502, "Http502").is_retryable());
     assert!(err(503, "SlowDown").is_retryable());
+}
+
+/// A write condition goes on PutObject and CompleteMultipartUpload only (the writes that make
+/// an object visible): `If-None-Match: *` for a key written once, `If-Match` with the ETag in
+/// quotes (added when a store sent it bare) for a compare-and-swap.
+#[test]
+fn a_write_condition_is_on_the_requests_that_make_the_object() {
+    use spillway_s3::options::Condition;
+    let once = ObjectOptions {
+        condition: Some(Condition::Absent),
+        ..no_options()
+    };
+    let put = put_object::request(
+        &aws(),
+        "b",
+        "k",
+        Body::from(Bytes::from_static(b"x")),
+        &once,
+    )
+    .unwrap();
+    assert_eq!(put.header("if-none-match"), Some("*"));
+    assert_eq!(put.header("if-match"), None);
+    let parts = [CompletedPart::from((1, "\"e1\"".to_owned()))];
+    let complete =
+        complete_multipart_upload::request(&aws(), "b", "k", "up1", &parts, &once).unwrap();
+    assert_eq!(complete.header("if-none-match"), Some("*"));
+    let create = create_multipart_upload::request(&aws(), "b", "k", &once).unwrap();
+    assert_eq!(create.header("if-none-match"), None, "checked at Complete");
+    let part = upload_part::request(
+        &aws(),
+        "b",
+        "k",
+        "up1",
+        1,
+        Body::from(Bytes::from_static(b"x")),
+        &once,
+    )
+    .unwrap();
+    assert_eq!(part.header("if-none-match"), None);
+    for etag in ["abc123", "\"abc123\""] {
+        let cas = ObjectOptions {
+            condition: Some(Condition::Etag(etag.to_owned())),
+            ..no_options()
+        };
+        let put = put_object::request(
+            &aws(),
+            "b",
+            "m",
+            Body::from(Bytes::from_static(b"{}")),
+            &cas,
+        )
+        .unwrap();
+        assert_eq!(put.header("if-match"), Some("\"abc123\""), "{etag}");
+        assert_eq!(put.header("if-none-match"), None);
+    }
+    let refused = s3_err(
+        put_object::parse(response(
+            412,
+            &[],
+            "<Error><Code>PreconditionFailed</Code><Message>At least one of the pre-conditions you specified did not hold</Message></Error>",
+        ))
+        .unwrap_err(),
+    );
+    assert!(refused.is_precondition_failed());
+    assert!(
+        !refused.is_retryable(),
+        "a refusal is an answer, not a fault"
+    );
 }
