@@ -39,7 +39,8 @@ fn a_huge_error_document_is_read_within_a_small_limit_and_still_named() {
         s3.addr(),
         FaultPlan::answer_all(500, "InternalError")
             .padded(60 * 1024 * 1024)
-            .only_methods(&["PUT"]),
+            .only_methods(&["PUT"])
+            .path_excludes("/.spillway/"),
     )
     .unwrap();
     let iggy = IggyServer::start().unwrap();
@@ -155,7 +156,8 @@ fn a_store_dripping_its_answers_is_given_up_on_named_and_retried() {
         s3.addr(),
         FaultPlan::seeded(7)
             .drip(1.0, Duration::from_millis(200))
-            .only_methods(&["PUT"]),
+            .only_methods(&["PUT"])
+            .path_excludes("/.spillway/"),
     )
     .unwrap();
     let iggy = IggyServer::start().unwrap();
@@ -308,7 +310,9 @@ fn a_permanent_store_error_after_start_stops_the_engine_naming_it() {
     let s3 = S3Server::start().unwrap();
     let proxy = FaultProxy::start(
         s3.addr(),
-        FaultPlan::answer_all(403, "AccessDenied").only_methods(&["PUT"]),
+        FaultPlan::answer_all(403, "AccessDenied")
+            .only_methods(&["PUT"])
+            .path_excludes("/.spillway/"),
     )
     .unwrap();
     let iggy = IggyServer::start().unwrap();
@@ -366,6 +370,11 @@ fn payloads_under(s3: &S3Server, prefix: &str) -> Vec<(u64, String)> {
 /// checksum of PutObject only (not of parts), so the corrupted objects here are single
 /// PutObjects; a multipart object is checked on the request: the algorithm declared on
 /// CreateMultipartUpload and a checksum on every part.
+///
+/// The small sink runs with `conditional_writes = "off"`: s3s-fs stores a PutObject body
+/// before it checks its checksum and leaves it there when it answers BadDigest (AWS S3 stores
+/// nothing), so under write-once keys the retry would be refused as a key that exists and the
+/// damaged object kept. What this test checks is the checksum, not the fencing.
 #[test]
 fn a_body_corrupted_on_the_way_is_refused_by_its_checksum_and_sent_again() {
     use spillway_tests::TestMessage;
@@ -376,6 +385,7 @@ fn a_body_corrupted_on_the_way_is_refused_by_its_checksum_and_sent_again() {
             .corrupt(0.3)
             .only_methods(&["PUT"])
             .path_contains("/small/")
+            .path_excludes("/.spillway/")
             .max_faults(6),
     )
     .unwrap();
@@ -395,7 +405,7 @@ fn a_body_corrupted_on_the_way_is_refused_by_its_checksum_and_sent_again() {
             &small,
             &s3,
             &proxy,
-            "prefix = \"small/\"\nmax_object_messages = 20\nidle_flush = \"200ms\"\nretry_min = \"50ms\"\nretry_max = \"100ms\"",
+            "prefix = \"small/\"\nmax_object_messages = 20\nidle_flush = \"200ms\"\nretry_min = \"50ms\"\nretry_max = \"100ms\"\nconditional_writes = \"off\"",
         )
         + &proxied_sink(
             "large",

@@ -87,6 +87,8 @@ pub struct FaultPlan {
     pub only_methods: Vec<String>,
     /// Only requests whose target (path and query) contains this get faults.
     pub path_contains: Option<String>,
+    /// ...and do not contain this.
+    pub path_excludes: Option<String>,
     /// Answer every matching request with this instead (the shares are not used). Counts
     /// toward `max_faults`.
     pub answer_all: Option<FixedAnswer>,
@@ -107,6 +109,7 @@ impl Default for FaultPlan {
             max_faults: None,
             only_methods: Vec::new(),
             path_contains: None,
+            path_excludes: None,
             answer_all: None,
         }
     }
@@ -198,6 +201,14 @@ impl FaultPlan {
         self
     }
 
+    /// Requests whose target contains `needle` get no faults (e.g. `/.spillway/`: the S3
+    /// sink's markers and probe, so that a fault meant for objects does not stop the sink
+    /// at start).
+    pub fn path_excludes(mut self, needle: &str) -> Self {
+        self.path_excludes = Some(needle.to_owned());
+        self
+    }
+
     fn validate(&self) -> Result<(), HarnessError> {
         let shares = [
             ("drop_mid_body", self.drop_mid_body),
@@ -233,6 +244,10 @@ impl FaultPlan {
                 .path_contains
                 .as_deref()
                 .is_none_or(|needle| req.target.contains(needle))
+            && self
+                .path_excludes
+                .as_deref()
+                .is_none_or(|needle| !req.target.contains(needle))
     }
 }
 

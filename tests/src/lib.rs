@@ -11,6 +11,8 @@
 //!   directions and counts QoS 1/2 messages in flight and what the broker acknowledged.
 //! - [`FaultProxy`]: an HTTP proxy that injects faults (dropped connections, 500, 503 SlowDown,
 //!   stalls, a fixed error answer) into a seeded share of S3 requests.
+//! - [`BlackHoleProxy`]: a plain TCP proxy that can black-hole its connections both ways without
+//!   closing them (a network cut, here between an engine and Iggy).
 //! - [`IggyProcess`]: the real Iggy server (`../shared/iggy/iggy-server`) in a temporary data
 //!   directory on a free loopback port; [`IggyStandIn`]: a stand-in for it (not the real
 //!   server), built on the real wire-format crate, for what the real server cannot be made to
@@ -24,6 +26,7 @@
 //! in parallel. A missing server binary is reported as [`HarnessError::BinaryMissing`]: run
 //! `scripts/setup.sh`.
 
+pub mod blackhole;
 mod certs;
 #[cfg(feature = "containers")]
 pub mod containers;
@@ -43,6 +46,7 @@ mod subscriber;
 mod tls;
 mod transport;
 
+pub use blackhole::BlackHoleProxy;
 pub use certs::{IssuedCert, TestCa};
 pub use error::{HarnessError, IggyChannel};
 pub use faultproxy::{FaultPlan, FaultProxy, FaultStats, FixedAnswer, RequestHead};

@@ -251,6 +251,18 @@ pub enum OnShutdown {
     Leave,
 }
 
+/// Whether objects and markers are written with conditional requests (fencing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConditionalWrites {
+    /// `If-None-Match: *` on every object and `If-Match` on the marker; the store is probed
+    /// at start and a store that does not honour them is refused.
+    #[default]
+    Require,
+    /// Plain writes: safe only while no two members ever write one partition at once.
+    Off,
+}
+
 /// The checksum sent with every body for the store to check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -413,6 +425,9 @@ pub struct S3SinkConfig {
     /// `flush` or `leave` open objects on shutdown.
     #[serde(default)]
     pub on_shutdown: OnShutdown,
+    /// `require` (fencing with conditional writes) or `off`.
+    #[serde(default)]
+    pub conditional_writes: ConditionalWrites,
     /// Multipart part size (5 MiB to 5 GiB); smaller objects are one PutObject.
     #[serde(default = "defaults::part_size")]
     pub part_size: ByteSize,

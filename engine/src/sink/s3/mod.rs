@@ -22,9 +22,11 @@
 //! its entry points and between messages (a task may finish during any await of a delivery).
 
 pub mod format;
+mod ledger;
+mod marker;
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -32,15 +34,17 @@ use bytes::Bytes;
 use monoio::task::JoinHandle;
 use spillway_s3::client::{ClientConfig, S3Client};
 use spillway_s3::credentials::Credentials;
-use spillway_s3::options::{CannedAcl, ObjectOptions, Sse};
+use spillway_s3::options::{CannedAcl, Condition, ObjectOptions, Sse};
 use spillway_s3::upload::{Gauge, ObjectWriter, UploadConfig};
 use tracing::{debug, info, warn};
 
 use self::format::{Encoder, FormatOptions};
+use self::ledger::{Claim, Ledger, Place};
+use self::marker::{Fence, Marker, Refused, marker_key, parse_marker};
 use super::{Acks, Sink, SinkError, SinkStatus};
 use crate::config::{
-    AclKind, ChecksumKind, CredentialSource, ErrorPolicy, OnShutdown, S3SinkConfig, SinkConfig,
-    SseKind,
+    AclKind, ChecksumKind, ConditionalWrites, CredentialSource, ErrorPolicy, OnShutdown,
+    S3SinkConfig, SinkConfig, SseKind,
 };
 use crate::message::{Batch, Message, PartitionInfo};
 use crate::template::key::{self, KeyInput, ValueTemplate};
@@ -148,6 +152,11 @@ struct Open {
     upload: Option<ObjectWriter>,
     /// The generation of the partition's [`Ledger`] the object is counted in.
     generation: u64,
+    /// The marker's claim this object writes (its key and range are fixed: it closes at
+    /// the claim's last offset and at no other rotation).
+    claim: Option<Claim>,
+    /// The key, once the upload began.
+    key: Option<String>,
 }
 
 /// One object at a time of a partition: the only one, or under a key that splits
@@ -160,73 +169,16 @@ struct Lane {
     open: Option<Open>,
 }
 
-/// Which offsets of a partition are settled: in a complete object, in a stored dead letter,
-/// skipped by `on_error`, or already in a complete object of a run before. The writer and the
-/// completion tasks keep it together; the partition's marker and its confirmations to the
-/// engine never pass [`Ledger::watermark`], below which every offset is settled.
-#[derive(Default)]
-struct Ledger {
-    /// The first offsets of the objects (open or completing) and dead letters not settled
-    /// yet, and of messages rejected under `on_error = "fail"` (never settled).
-    unsettled: BTreeSet<u64>,
-    /// The last offset the writer took (into an object or a letter, or settled at once).
-    handed: Option<u64>,
-    /// Per set of split values, the last offset of its newest complete object: a message of
-    /// those values at or below it is settled already (delivered again after a failure, or
-    /// after a crash past the marker, which carries these).
-    done: HashMap<Vec<String>, u64>,
-    /// The watermark last confirmed to the engine.
-    confirmed: Option<u64>,
-    /// Counts the resets after failures: an object counted in an earlier one is not in
-    /// `unsettled` any more.
-    generation: u64,
-}
-
-impl Ledger {
-    /// The offset at and below which every offset the writer took is settled.
-    fn watermark(&self) -> Option<u64> {
-        match self.unsettled.first() {
-            Some(&first) => first.checked_sub(1),
-            None => self.handed,
-        }
-    }
-
-    /// Forgets the marks at or below the watermark (no delivery goes back there).
-    fn prune(&mut self) {
-        if let Some(w) = self.watermark() {
-            self.done.retain(|_, last| *last > w);
-        }
-    }
-
-    /// Confirms to the engine what the watermark passed since the last call.
-    fn advance(&mut self, acks: &Acks, slot: usize) {
-        let Some(w) = self.watermark() else {
-            return;
-        };
-        if self.confirmed.is_some_and(|c| c >= w) {
-            return;
-        }
-        let from = self.confirmed.map_or(0, |c| c + 1);
-        acks.confirm(slot, from, w);
-        self.confirmed = Some(w);
-    }
-
-    /// After a failure: everything past the watermark is delivered again, so nothing past it
-    /// is counted any more. The offset delivery starts again from.
-    fn reset(&mut self) -> u64 {
-        let w = self.watermark();
-        self.unsettled.clear();
-        self.handed = w;
-        self.generation += 1;
-        w.map_or(0, |w| w + 1)
-    }
-}
-
 /// What a partition's completion tasks share with its writer.
 struct Completion {
     /// The next backoff after a failure (doubles up to `retry_max`, reset by a success).
     backoff: Cell<Duration>,
     ledger: RefCell<Ledger>,
+    /// This member's hold on the partition's marker.
+    fence: RefCell<Fence>,
+    /// Completion tasks waiting for the one before them: while one waits, a completed
+    /// object's marker write is left to that one's claim, which carries it.
+    queued: Cell<u64>,
 }
 
 /// What a completion task tells the sink.
@@ -236,6 +188,16 @@ enum TaskEvent {
     /// partition is being polled again from its watermark, so that writer's open objects are
     /// dropped. A writer released and made anew has another epoch: the event is not its.
     Failed { slot: usize, epoch: u64 },
+    /// Another member took the partition of writer `epoch` of `slot` over in the store: the
+    /// writer is dropped and the partition delivered again from `from` at `at` (taken over
+    /// anew first). Nothing happens when that writer is gone: an earlier writer's task must
+    /// not rewind a partition its successor writes.
+    Fenced {
+        slot: usize,
+        epoch: u64,
+        from: u64,
+        at: Instant,
+    },
     /// A failure no retry can mend: the sink stops with the first.
     Fatal(String),
 }
@@ -288,6 +250,9 @@ struct Finisher {
     retry_max: Duration,
     failures: Rc<Cell<u64>>,
     events: TaskEvents,
+    /// `s3.conditional_writes = "require"`: objects are written once (`If-None-Match: *`)
+    /// and the marker only over the version this member wrote last (`If-Match`).
+    fencing: bool,
 }
 
 /// The encoder's output is handed to the upload at the end of each batch, and within a batch
@@ -299,6 +264,9 @@ const TAKE_AT: u64 = 64 << 10;
 /// watermark (each with the last offset of its newest complete object); past it the oldest
 /// open object is closed, which lets the watermark move.
 const MAX_MARKS: usize = 1024;
+
+/// A partition by stream, topic and id.
+type PartKey = (Rc<str>, Rc<str>, u32);
 
 /// See the module docs.
 pub struct S3Sink {
@@ -332,7 +300,13 @@ pub struct S3Sink {
     /// `on_error = "skip"`: a rejected message is settled at once.
     skip_rejects: bool,
     /// The marks of the partitions' markers read at resume, until their writers take them.
-    resumed: HashMap<(Rc<str>, Rc<str>, u32), Marker>,
+    /// The markers of the partitions taken over, with this member's hold on each, until
+    /// their writers take them.
+    resumed: HashMap<PartKey, (Marker, Fence)>,
+    /// The owner id this sink writes into markers.
+    owner: String,
+    /// The slots whose writers were fenced: taken over again before their next delivery.
+    retake: std::collections::HashSet<usize>,
     /// When the batch being delivered came (the lanes' idle clock).
     batch_at: Instant,
 }
@@ -452,6 +426,7 @@ impl S3Sink {
             .customer_key(&|name| std::env::var(name).ok())
             .map_err(|(key, e)| err(format!("s3.{key}: {e}")))?;
         let sse = sse_of(&cfg, customer_key);
+        let fencing = cfg.conditional_writes == ConditionalWrites::Require;
         let mut upload = UploadConfig::new(cfg.part_size.0, cfg.parts_in_flight);
         upload.total = Some(Rc::clone(&total));
         upload.options = ObjectOptions {
@@ -462,6 +437,7 @@ impl S3Sink {
             acl: acl_of(&cfg),
             content_md5: cfg.content_md5,
             checksum: checksum_of(&cfg),
+            condition: fencing.then_some(Condition::Absent),
             ..ObjectOptions::default()
         };
         upload
@@ -486,6 +462,7 @@ impl S3Sink {
             retry_max: cfg.retry_max.0,
             failures: Rc::default(),
             events: TaskEvents::default(),
+            fencing,
         };
         let dead_letter = match (config.on_error, &cfg.dead_letter_prefix) {
             (ErrorPolicy::DeadLetter, Some(prefix)) => Some((
@@ -518,6 +495,8 @@ impl S3Sink {
             values: Vec::new(),
             skip_rejects: config.on_error == ErrorPolicy::Skip,
             resumed: HashMap::new(),
+            owner: marker::owner_id(shard),
+            retake: Default::default(),
             batch_at: Instant::now(),
             cfg,
         })
@@ -531,14 +510,30 @@ impl S3Sink {
         if self.parts[slot].is_none() {
             let lane = self.lane(Vec::new()).map_err(SinkError::config)?;
             let mut ledger = Ledger::default();
-            // What an earlier run's marker says is complete past its offset.
-            if let Some(marker) = self.resumed.remove(&(
+            // What the marker this member took the partition over with says is complete
+            // past its watermark, and which ranges are claimed.
+            let taken = self.resumed.remove(&(
                 Rc::clone(&info.stream),
                 Rc::clone(&info.topic),
                 info.partition,
-            )) {
-                ledger.done = marker.done;
-            }
+            ));
+            let fence = match taken {
+                Some((marker, fence)) => {
+                    ledger.done = marker.done;
+                    ledger.claims = marker.claims;
+                    ledger.floor = marker.last;
+                    ledger.prune();
+                    fence
+                }
+                // Not taken over (a writer dropped after it was fenced is taken over again
+                // before its partition is delivered): the first conditional write of the
+                // marker finds out.
+                None => Fence {
+                    owner: self.owner.clone(),
+                    epoch: 0,
+                    etag: None,
+                },
+            };
             self.epochs += 1;
             self.parts[slot] = Some(PartWriter {
                 info: Rc::clone(info),
@@ -546,6 +541,8 @@ impl S3Sink {
                 shared: Rc::new(Completion {
                     backoff: Cell::new(self.cfg.retry_min.0),
                     ledger: RefCell::new(ledger),
+                    fence: RefCell::new(fence),
+                    queued: Cell::new(0),
                 }),
                 epoch: self.epochs,
                 counted: 0,
@@ -598,6 +595,10 @@ impl S3Sink {
         let Some(open) = &l.open else {
             return Err("no open object".to_owned());
         };
+        if let Some(claim) = &open.claim {
+            // A claimed range is written under the key the marker records.
+            return Ok(claim.key.clone());
+        }
         let ext = l.encoder.extension();
         let input = KeyInput {
             partition: &w.info,
@@ -735,6 +736,17 @@ impl S3Sink {
                         hit = true;
                     }
                 }
+                TaskEvent::Fenced {
+                    slot: s,
+                    epoch,
+                    from,
+                    at,
+                } => {
+                    if self.drop_fenced(s, epoch) {
+                        self.acks.redeliver_at(s, from, at);
+                        hit |= slot == Some(s);
+                    }
+                }
                 TaskEvent::Fatal(text) => {
                     self.fatal.get_or_insert(text);
                 }
@@ -766,6 +778,17 @@ impl S3Sink {
             }
         }
         self.recount(slot);
+        true
+    }
+
+    /// Writer `epoch` of `slot` was fenced: it is dropped with its open objects (nothing it
+    /// holds may be completed). `false` when the writer is not there any more.
+    fn drop_fenced(&mut self, slot: usize, epoch: u64) -> bool {
+        if !self.drop_failed(slot, epoch) {
+            return false;
+        }
+        self.release(slot);
+        self.retake.insert(slot);
         true
     }
 
@@ -857,6 +880,7 @@ impl S3Sink {
                     .map_err(|e| Failure::s3(format_args!("object {key}"), &e))?;
             if let Some(open) = self.parts[slot].as_mut().and_then(|w| w.open_mut(lane)) {
                 open.upload = Some(writer);
+                open.key = Some(key);
             }
         }
         // The chunks leave the sink's count as the upload's gauge takes them up.
@@ -944,13 +968,17 @@ impl S3Sink {
         let Some(upload) = open.upload else {
             return true;
         };
+        let key = open.key.clone().unwrap_or_else(|| upload.key().to_owned());
         let job = Job {
             slot,
             epoch: w.epoch,
             generation: open.generation,
-            split: l.split.clone(),
-            first: open.first.offset,
-            last: open.last_offset,
+            claim: Claim {
+                first: open.first.offset,
+                last: open.last_offset,
+                values: l.split.clone(),
+                key,
+            },
             count: open.count,
             marker: marker_key(
                 &self.cfg.prefix,
@@ -963,6 +991,7 @@ impl S3Sink {
         };
         let previous = w.tail.take();
         let shared = Rc::clone(&w.shared);
+        shared.queued.set(shared.queued.get() + 1);
         let finisher = self.finisher.clone();
         w.tail = Some(monoio::spawn(complete(
             finisher, shared, previous, upload, job,
@@ -1080,8 +1109,9 @@ impl S3Sink {
 
     /// The lane for a message of the values in `self.values`: the one with an open object of
     /// them, or one with none open (a new one while there are fewer than
-    /// `s3.max_open_objects`). `None` when every lane has an object open.
-    fn lane_for(&mut self, slot: usize) -> Result<Option<usize>, String> {
+    /// `s3.max_open_objects`, or past it when `force`d: a claimed range must be written
+    /// whole). `None` when every lane has an object open.
+    fn lane_for(&mut self, slot: usize, force: bool) -> Result<Option<usize>, String> {
         let max = if self.splits {
             self.cfg.max_open_objects.max(1)
         } else {
@@ -1104,7 +1134,7 @@ impl S3Sink {
             }
             return Ok(Some(i));
         }
-        if w.lanes.len() >= max {
+        if w.lanes.len() >= max && !force {
             return Ok(None);
         }
         let lane = self.lane(self.values.clone())?;
@@ -1115,13 +1145,17 @@ impl S3Sink {
         Ok(Some(w.lanes.len() - 1))
     }
 
-    /// The lane of the partition's oldest open object (the one its watermark waits for).
+    /// The lane of the partition's oldest open object that may be closed early (the one its
+    /// watermark waits for; an object of a claimed range closes only at its end).
     fn oldest(&self, slot: usize) -> Option<(usize, u64)> {
         let w = self.parts.get(slot)?.as_ref()?;
         w.lanes
             .iter()
             .enumerate()
-            .filter_map(|(i, l)| Some((i, l.open.as_ref()?.first.offset)))
+            .filter_map(|(i, l)| {
+                let open = l.open.as_ref()?;
+                open.claim.is_none().then_some((i, open.first.offset))
+            })
             .min_by_key(|&(_, first)| first)
     }
 
@@ -1129,8 +1163,9 @@ impl S3Sink {
     /// interval; the object would pass `max_object_size` with `m`, where the encoder can tell
     /// exactly) or after (full) as the rotation rules say; under a key that splits, the
     /// oldest open object is closed first when `m` needs a lane and every one is open, or when
-    /// the partition ran `max_split_lag` past it. `false` when an object failed: the rest of
-    /// the batch is polled again.
+    /// the partition ran `max_split_lag` past it. A message in a range the marker claims goes
+    /// into that claim's object, which closes at the claim's last offset and at no other
+    /// rule. `false` when an object failed: the rest of the batch is polled again.
     ///
     /// Between the check for task failures at the top of the loop and the ledger's update
     /// there is no await: a reset of the ledger (a task's failure) is always seen first.
@@ -1151,20 +1186,38 @@ impl S3Sink {
                 self.reject(slot, m, reason);
                 return true;
             }
-            let settled = {
-                let ledger = w.shared.ledger.borrow();
-                ledger
-                    .done
-                    .get(&self.values)
-                    .is_some_and(|&last| m.offset <= last)
+            // The open object of these values, and the claim it writes.
+            let current = w
+                .lanes
+                .iter()
+                .position(|l| l.open.is_some() && l.split == self.values);
+            let place = w.shared.ledger.borrow().place(
+                &self.values,
+                m.offset,
+                current.map(|i| w.open(i).and_then(|o| o.claim.as_ref())),
+            );
+            let claim = match place {
+                Place::Settled => {
+                    // In a complete object already (delivered again after a failure, or
+                    // after a crash or a takeover before the marker passed it).
+                    w.shared.ledger.borrow_mut().handed = Some(m.offset);
+                    return true;
+                }
+                Place::CloseOpen => {
+                    let Some(lane) = current else {
+                        return false;
+                    };
+                    debug!(sink = %self.name, partition = w.info.partition, offset = m.offset, "closing an object at the edge of a claimed range");
+                    if !self.close(slot, lane).await {
+                        return false;
+                    }
+                    continue;
+                }
+                Place::Claim(c) => Some(c),
+                Place::Free => None,
             };
-            if settled {
-                // In a complete object already (delivered again after a failure, or after
-                // a crash before the marker passed it).
-                w.shared.ledger.borrow_mut().handed = Some(m.offset);
-                return true;
-            }
-            if self.splits
+            if claim.is_none()
+                && self.splits
                 && let Some((lane, first)) = self.oldest(slot)
             {
                 let lagging = m.offset.saturating_sub(first) >= self.cfg.max_split_lag;
@@ -1176,11 +1229,15 @@ impl S3Sink {
                     continue;
                 }
             }
-            let lane = match self.lane_for(slot) {
+            let lane = match self.lane_for(slot, claim.is_some()) {
                 Ok(Some(lane)) => lane,
                 Ok(None) => {
                     let Some((oldest, _)) = self.oldest(slot) else {
-                        return false;
+                        // Every open object writes a claimed range: one more lane.
+                        match self.lane_for(slot, true) {
+                            Ok(Some(_)) => continue,
+                            _ => return false,
+                        }
                     };
                     if !self.close(slot, oldest).await {
                         return false;
@@ -1196,9 +1253,9 @@ impl S3Sink {
             let Some(w) = self.parts[slot].as_mut() else {
                 return false;
             };
-            let rotate_before = w
-                .open(lane)
-                .is_some_and(|o| bucket.is_some() && o.bucket != bucket);
+            let rotate_before = claim.is_none()
+                && w.open(lane)
+                    .is_some_and(|o| bucket.is_some() && o.bucket != bucket);
             if rotate_before {
                 if !self.close(slot, lane).await {
                     return false;
@@ -1210,7 +1267,7 @@ impl S3Sink {
                 return false;
             };
             if let Err(reason) = l.encoder.admit(m) {
-                if open && !self.splits {
+                if open && !self.splits && claim.is_none() {
                     // Not a record of any object: the open one is closed before it, so each
                     // object's offsets stay one range.
                     if !self.close(slot, lane).await {
@@ -1255,10 +1312,15 @@ impl S3Sink {
                     pending_len: 0,
                     upload: None,
                     generation,
+                    claim: claim.clone(),
+                    key: None,
                 });
             }
             l.encoder.push(&w.info, m);
-            if l.encoder.size() > self.cfg.max_object_size.0 && l.encoder.unpush() {
+            if claim.is_none()
+                && l.encoder.size() > self.cfg.max_object_size.0
+                && l.encoder.unpush()
+            {
                 // Full without `m`: closed as it is (so it needs no part past max_object_size,
                 // and one that fits a part goes out as one PutObject); `m` starts the next.
                 if !self.close(slot, lane).await {
@@ -1283,8 +1345,14 @@ impl S3Sink {
                 self.fail(slot, e);
                 return false;
             }
-            let full = output_len >= self.cfg.max_object_size.0
-                || (self.cfg.max_object_messages > 0 && count >= self.cfg.max_object_messages);
+            let full = match &claim {
+                Some(c) => m.offset >= c.last,
+                None => {
+                    output_len >= self.cfg.max_object_size.0
+                        || (self.cfg.max_object_messages > 0
+                            && count >= self.cfg.max_object_messages)
+                }
+            };
             if full && !self.close(slot, lane).await {
                 return false;
             }
@@ -1320,7 +1388,9 @@ impl S3Sink {
             .enumerate()
             .filter_map(|(i, l)| {
                 let open = l.open.as_ref()?;
-                Some((i, l.encoder.held() + open.pending_len))
+                open.claim
+                    .is_none()
+                    .then_some((i, l.encoder.held() + open.pending_len))
             })
             .max_by_key(|&(_, held)| held)
             .map(|(i, _)| i)
@@ -1333,13 +1403,19 @@ struct Job {
     epoch: u64,
     /// The ledger generation it is counted in.
     generation: u64,
-    /// Its split values.
-    split: Vec<String>,
+    /// Its key, split values and range, as the marker records them.
+    claim: Claim,
     partition: u32,
-    first: u64,
-    last: u64,
     count: u64,
     marker: String,
+}
+
+/// Why a conditional write of the marker did not happen.
+enum MarkerError {
+    /// Another member owns the partition now.
+    Fenced(String),
+    /// The write failed (and may be tried again).
+    Failed(Failure),
 }
 
 impl Finisher {
@@ -1394,35 +1470,160 @@ impl Finisher {
         self.acks.redeliver_at(slot, first, Instant::now() + wait);
     }
 
-    /// Records that everything of a partition up to `last` is in complete objects (or
-    /// settled otherwise), and past it, per set of split values, the last offset of its
-    /// newest complete object.
-    async fn write_marker(&self, key: &str, marker: &Marker, object: &str) -> Result<(), Failure> {
-        let body = marker.to_json(object);
-        let options = &self.small;
-        let req = spillway_s3::actions::put_object::request(
+    /// Another member took partition `slot` of writer `epoch` over: nothing of this writer
+    /// counts any more. The writer is dropped; the partition is delivered again from its
+    /// watermark after a backoff (if this member still holds it in Iggy, it takes it over
+    /// anew and finds what its successor wrote; if not, the engine lets it go).
+    fn fenced(&self, shared: &Completion, slot: usize, epoch: u64, partition: u32, why: &str) {
+        let from = shared.ledger.borrow_mut().reset();
+        let backoff = shared.backoff.get().max(Duration::from_secs(1));
+        self.events.borrow_mut().push(TaskEvent::Fenced {
+            slot,
+            epoch,
+            from,
+            at: Instant::now() + backoff,
+        });
+        shared
+            .backoff
+            .set((backoff * 2).min(self.retry_max.max(backoff)));
+        warn!(
+            sink = %self.sink,
+            partition,
+            "partition {partition} is owned by another member in the store ({why}): this \
+             one stops writing it, and nothing it had not completed counts; it is delivered \
+             again from offset {from} in about {} if this member still holds it",
+            Rounded(backoff)
+        );
+    }
+
+    /// Writes the marker with what the ledger says now, over the version this member wrote
+    /// last (`If-Match`; `If-None-Match: *` when there is none yet). A refusal is looked into:
+    /// a version of this member's own (a write whose answer was lost) is carried on from,
+    /// another owner's fences this member.
+    async fn write_marker(
+        &self,
+        shared: &Completion,
+        key: &str,
+        object: &str,
+        newest: Option<u64>,
+    ) -> Result<(), MarkerError> {
+        for _ in 0..4 {
+            let claims_then = shared.ledger.borrow().claims.clone();
+            let (body, condition) = {
+                let fence = shared.fence.borrow();
+                let marker = Marker::of(&shared.ledger.borrow(), &fence, newest);
+                let condition = self.fencing.then(|| match &fence.etag {
+                    Some(etag) => Condition::Etag(etag.clone()),
+                    None => Condition::Absent,
+                });
+                (marker.to_json(object), condition)
+            };
+            let options = ObjectOptions {
+                condition,
+                ..self.small.clone()
+            };
+            let req = spillway_s3::actions::put_object::request(
+                self.client.endpoint(),
+                &self.bucket,
+                key,
+                spillway_s3::request::Body::from(Bytes::from(body.clone())),
+                &options,
+            )
+            .map_err(|e| MarkerError::Failed(Failure::s3(format_args!("marker {key}"), &e)))?;
+            let refused = match self
+                .client
+                .execute(req, spillway_s3::actions::put_object::parse)
+                .await
+            {
+                Ok(out) => {
+                    shared.fence.borrow_mut().etag = Some(out.etag);
+                    if claims_then == shared.ledger.borrow().claims {
+                        shared.ledger.borrow_mut().recorded();
+                    }
+                    return Ok(());
+                }
+                Err(spillway_s3::Error::S3(e)) if self.fencing && e.is_precondition_failed() => e,
+                Err(e) => {
+                    return Err(MarkerError::Failed(Failure::s3(
+                        format_args!("writing the marker {key}"),
+                        &e,
+                    )));
+                }
+            };
+            let (stored, etag) = match self.read_marker(key).await {
+                Ok(Some(found)) => found,
+                Ok(None) => {
+                    return Err(MarkerError::Fenced(format!(
+                        "its marker {key} is gone ({})",
+                        refused.code
+                    )));
+                }
+                Err(e) => return Err(MarkerError::Failed(e)),
+            };
+            let verdict = shared.fence.borrow().refused(&stored);
+            match verdict {
+                Refused::Ours => {
+                    shared.fence.borrow_mut().etag = etag;
+                    if stored.to_json(object) == body {
+                        if claims_then == shared.ledger.borrow().claims {
+                            shared.ledger.borrow_mut().recorded();
+                        }
+                        return Ok(());
+                    }
+                }
+                Refused::TakenOver { owner, epoch } => {
+                    return Err(MarkerError::Fenced(format!(
+                        "its marker {key} was taken over by {owner:?} at epoch {epoch}"
+                    )));
+                }
+            }
+        }
+        Err(MarkerError::Failed(Failure::passing(format!(
+            "the marker {key} kept changing under this member's writes"
+        ))))
+    }
+
+    /// The marker the store holds and its ETag; `None` when there is none.
+    async fn read_marker(&self, key: &str) -> Result<Option<(Marker, Option<String>)>, Failure> {
+        let req = spillway_s3::actions::get_object::request(
             self.client.endpoint(),
             &self.bucket,
             key,
-            spillway_s3::request::Body::from(Bytes::from(body)),
-            options,
+            None,
+            &self.small,
         )
         .map_err(|e| Failure::s3(format_args!("marker {key}"), &e))?;
-        self.client
-            .execute(req, spillway_s3::actions::put_object::parse)
+        match self
+            .client
+            .execute(req, spillway_s3::actions::get_object::parse)
             .await
-            .map(|_| ())
-            .map_err(|e| Failure::s3(format_args!("writing the marker {key}"), &e))
+        {
+            Ok(out) => {
+                let marker = parse_marker(&out.body).map_err(|e| Failure {
+                    text: format!(
+                        "the marker {key} is damaged ({e}); delete it to start from Iggy's \
+                         stored offset"
+                    ),
+                    permanent: true,
+                })?;
+                Ok(Some((marker, out.etag)))
+            }
+            Err(spillway_s3::Error::S3(e)) if e.status == 404 => Ok(None),
+            Err(e) => Err(Failure::s3(format_args!("reading the marker {key}"), &e)),
+        }
     }
 }
 
-/// Completes one object after the partition's previous one: the upload's last part and
-/// CompleteMultipartUpload (or its PutObject), then the marker with the partition's new
-/// watermark (first: once the offsets are confirmed they may be committed, and a crash before
-/// that commit must not make a replay cut different objects), then what the watermark passed
-/// is confirmed. On failure the partition is polled again from its watermark; an object after
-/// a failed one is aborted (the failed one's redelivery covers it). `true` when the object is
-/// complete.
+/// Completes one object after the partition's previous one. With fencing: its range goes
+/// into the marker first (a claim, over the version this member wrote last, so a member that
+/// lost the partition learns it here and completes nothing), then the upload's last part and
+/// CompleteMultipartUpload (or its PutObject) with `If-None-Match: *` (refused when the key
+/// holds an object already: only a claimant of the same range writes it, so the range is
+/// complete), then the marker with the partition's new watermark (first: once the offsets are
+/// confirmed they may be committed, and a crash before that commit must not make a replay cut
+/// different objects), then what the watermark passed is confirmed. On failure the partition
+/// is polled again from its watermark; an object after a failed one is aborted (the failed
+/// one's redelivery covers it). `true` when the object is complete.
 async fn complete(
     f: Finisher,
     shared: Rc<Completion>,
@@ -1430,38 +1631,86 @@ async fn complete(
     upload: ObjectWriter,
     job: Job,
 ) -> bool {
-    if let Some(previous) = previous
-        && !previous.await
-    {
+    let waited = match previous {
+        Some(previous) => previous.await,
+        None => true,
+    };
+    shared.queued.set(shared.queued.get().saturating_sub(1));
+    if !waited {
         let _ = upload.abort().await;
         return false;
     }
-    let result = match upload.close().await {
-        Ok(info) => {
-            let marker = {
-                let mut ledger = shared.ledger.borrow_mut();
-                if ledger.generation == job.generation {
-                    ledger.unsettled.remove(&job.first);
-                    let last = ledger.done.entry(job.split.clone()).or_insert(job.last);
-                    *last = (*last).max(job.last);
-                    ledger.prune();
-                }
-                Marker::of(&ledger, job.last)
-            };
-            f.write_marker(&job.marker, &marker, &info.key)
+    if f.fencing {
+        let new = shared.ledger.borrow_mut().add_claim(job.claim.clone());
+        if new {
+            match f
+                .write_marker(&shared, &job.marker, &job.claim.key, None)
                 .await
-                .map(|()| info)
+            {
+                Ok(()) => {}
+                Err(MarkerError::Fenced(why)) => {
+                    let _ = upload.abort().await;
+                    f.fenced(&shared, job.slot, job.epoch, job.partition, &why);
+                    return false;
+                }
+                Err(MarkerError::Failed(e)) => {
+                    let _ = upload.abort().await;
+                    f.failed(&shared, job.slot, job.epoch, job.partition, job.count, &e);
+                    return false;
+                }
+            }
+        }
+    }
+    let completed = match upload.close().await {
+        Ok(info) => Ok(info.size),
+        Err(spillway_s3::Error::S3(e)) if f.fencing && e.is_precondition_failed() => {
+            // Written once already, by a claimant of this range: this member before a lost
+            // answer or a crash, or the member that owned the partition before it.
+            debug!(sink = %f.sink, key = %job.claim.key, first = job.claim.first, last = job.claim.last, "object complete already (If-None-Match refused)");
+            Ok(0)
         }
         Err(e) => Err(Failure::s3("completing the object", &e)),
     };
+    let result = match completed {
+        Ok(size) => {
+            shared
+                .ledger
+                .borrow_mut()
+                .completed(&job.claim, job.generation);
+            let written = if f.fencing && shared.queued.get() > 0 {
+                // The next object's claim writes the marker with this one complete.
+                Ok(())
+            } else {
+                f.write_marker(&shared, &job.marker, &job.claim.key, Some(job.claim.last))
+                    .await
+            };
+            match written {
+                // With fencing the object's claim is in the marker: a replay writes that
+                // range again under that key (refused: complete), and a restart resumes after
+                // Iggy's stored offset, so its offsets may be confirmed before the marker
+                // says they are complete; the next marker write moves it. Without fencing
+                // the object is written again.
+                Err(MarkerError::Failed(e)) if f.fencing => {
+                    warn!(sink = %f.sink, partition = job.partition, "the marker could not be moved past the complete object {} ({}); its claim stays in the marker until the next write", job.claim.key, e.text);
+                    Ok(size)
+                }
+                written => written.map(|()| size),
+            }
+        }
+        Err(e) => Err(MarkerError::Failed(e)),
+    };
     match result {
-        Ok(info) => {
-            debug!(sink = %f.sink, key = %info.key, size = info.size, first = job.first, last = job.last, count = job.count, "object complete");
+        Ok(size) => {
+            debug!(sink = %f.sink, key = %job.claim.key, size, first = job.claim.first, last = job.claim.last, count = job.count, "object complete");
             shared.backoff.set(f.retry_min);
             shared.ledger.borrow_mut().advance(&f.acks, job.slot);
             true
         }
-        Err(e) => {
+        Err(MarkerError::Fenced(why)) => {
+            f.fenced(&shared, job.slot, job.epoch, job.partition, &why);
+            false
+        }
+        Err(MarkerError::Failed(e)) => {
             f.failed(&shared, job.slot, job.epoch, job.partition, job.count, &e);
             false
         }
@@ -1494,20 +1743,27 @@ async fn dead_letter(
     {
         return false;
     }
-    let options = &f.small;
+    // Written once (a letter's key is its offset): a refusal means it is stored already.
+    let options = ObjectOptions {
+        condition: f.fencing.then_some(Condition::Absent),
+        ..f.small.clone()
+    };
     let put = match spillway_s3::actions::put_object::request(
         f.client.endpoint(),
         &f.bucket,
         &letter.key,
         spillway_s3::request::Body::from(letter.body),
-        options,
+        &options,
     ) {
-        Ok(req) => f
+        Ok(req) => match f
             .client
             .execute(req, spillway_s3::actions::put_object::parse)
             .await
-            .map(|_| ())
-            .map_err(|e| Failure::s3(format_args!("dead letter {}", letter.key), &e)),
+        {
+            Ok(_) => Ok(()),
+            Err(spillway_s3::Error::S3(e)) if f.fencing && e.is_precondition_failed() => Ok(()),
+            Err(e) => Err(Failure::s3(format_args!("dead letter {}", letter.key), &e)),
+        },
         Err(e) => Err(Failure::s3(format_args!("dead letter {}", letter.key), &e)),
     };
     match put {
@@ -1539,116 +1795,6 @@ fn abort_detached(upload: ObjectWriter) {
 fn process_start() -> std::time::SystemTime {
     static START: std::sync::OnceLock<std::time::SystemTime> = std::sync::OnceLock::new();
     *START.get_or_init(std::time::SystemTime::now)
-}
-
-/// The key of the marker that records the last offset of `partition` written in a complete
-/// object, under the sink's prefix (one per sink and partition).
-fn marker_key(prefix: &str, sink: &str, stream: &str, topic: &str, partition: u32) -> String {
-    let mut k = String::from(prefix);
-    k.push_str(".spillway/");
-    for part in [sink, stream, topic] {
-        key::escape_into(&mut k, part);
-        k.push('/');
-    }
-    k.push_str(&format!("{partition}.json"));
-    k
-}
-
-/// A partition's marker: the watermark, and past it the last offset of the newest complete
-/// object of each set of split values.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Marker {
-    last: Option<u64>,
-    done: HashMap<Vec<String>, u64>,
-}
-
-impl Marker {
-    /// What the ledger says now (`newest`: the last offset of the object just complete).
-    fn of(ledger: &Ledger, newest: u64) -> Marker {
-        #[cfg(debug_assertions)]
-        if std::env::var_os("SPILLWAY_FAULT_SPLIT_MARKER_FROM_NEWEST_OBJECT").is_some() {
-            // A fault for the tests to show what this guards against: the marker taken from
-            // the newest object alone passes offsets still in other open objects.
-            return Marker {
-                last: Some(newest),
-                done: HashMap::new(),
-            };
-        }
-        let _ = newest;
-        let last = ledger.watermark();
-        let done = ledger
-            .done
-            .iter()
-            .filter(|&(_, &o)| last.is_none_or(|w| o > w))
-            .map(|(v, &o)| (v.clone(), o))
-            .collect();
-        Marker { last, done }
-    }
-
-    /// `{"last_offset": N or null, "object": KEY, "split": [{"values": [...], "last_offset": N}]}`
-    /// (`split` only when there are marks), sorted so that equal markers are equal bytes.
-    fn to_json(&self, object: &str) -> Vec<u8> {
-        let mut body = Vec::with_capacity(128);
-        body.extend_from_slice(b"{\"last_offset\":");
-        match self.last {
-            Some(o) => body.extend_from_slice(o.to_string().as_bytes()),
-            None => body.extend_from_slice(b"null"),
-        }
-        body.extend_from_slice(b",\"object\":");
-        crate::json::string(&mut body, object.as_bytes());
-        if !self.done.is_empty() {
-            let mut marks: Vec<_> = self.done.iter().collect();
-            marks.sort();
-            body.extend_from_slice(b",\"split\":[");
-            for (i, (values, last)) in marks.into_iter().enumerate() {
-                if i > 0 {
-                    body.push(b',');
-                }
-                body.extend_from_slice(b"{\"values\":[");
-                for (j, v) in values.iter().enumerate() {
-                    if j > 0 {
-                        body.push(b',');
-                    }
-                    crate::json::string(&mut body, v.as_bytes());
-                }
-                body.extend_from_slice(format!("],\"last_offset\":{last}}}").as_bytes());
-            }
-            body.push(b']');
-        }
-        body.push(b'}');
-        body
-    }
-}
-
-/// Reads a marker body (see [`Marker::to_json`]).
-fn parse_marker(body: &[u8]) -> Result<Marker, String> {
-    let v: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
-    let last = match &v["last_offset"] {
-        serde_json::Value::Null if v.get("last_offset").is_some() => None,
-        o => Some(o.as_u64().ok_or_else(|| "no last_offset".to_owned())?),
-    };
-    let mut done = HashMap::new();
-    if let Some(split) = v.get("split") {
-        let marks = split
-            .as_array()
-            .ok_or_else(|| "split is not a list".to_owned())?;
-        for mark in marks {
-            let values = mark["values"]
-                .as_array()
-                .and_then(|vs| {
-                    vs.iter()
-                        .map(|v| v.as_str().map(str::to_owned))
-                        .collect::<Option<Vec<_>>>()
-                })
-                .ok_or_else(|| "a split mark without its values (strings)".to_owned())?;
-            let last = mark["last_offset"]
-                .as_u64()
-                .ok_or_else(|| "a split mark without its last_offset".to_owned())?;
-            done.insert(values, last);
-        }
-    }
-    Ok(Marker { last, done })
 }
 
 /// User metadata values must be printable ASCII.
@@ -1686,6 +1832,206 @@ fn ascii(s: &str) -> String {
 }
 
 impl S3Sink {
+    /// Takes partition `partition` over in the store: reads its marker and, with fencing,
+    /// writes it back with this member as owner and the next epoch, over the version read
+    /// (another member's later writes of it are refused from then on). Keeps what the
+    /// marker says for the partition's writer; the marker's watermark, past which the engine
+    /// starts.
+    async fn take_over(
+        &mut self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Option<u64>, SinkError> {
+        let key = marker_key(&self.cfg.prefix, &self.name, stream, topic, partition);
+        let began = Instant::now();
+        let mut refusals = 0u32;
+        let mut backoff = self.cfg.retry_min.0;
+        // A store that fails for now is waited for (the engine stops this while stopping);
+        // one that refuses for good stops the sink.
+        let mut transient = async |e: Failure| -> Result<(), SinkError> {
+            if e.permanent {
+                return Err(SinkError::permanent(format!(
+                    "taking partition {partition} over: {}",
+                    e.text
+                )));
+            }
+            warn!(sink = %self.name, partition, "taking partition {partition} over failed, trying again in {}: {}", Rounded(backoff), e.text);
+            monoio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(self.cfg.retry_max.0);
+            Ok(())
+        };
+        loop {
+            let (old, etag) = match self.finisher.read_marker(&key).await {
+                Ok(found) => found.unwrap_or_default(),
+                Err(e) => {
+                    transient(e).await?;
+                    continue;
+                }
+            };
+            let new = old.taken_over_by(&self.owner);
+            let mut fence = Fence {
+                owner: self.owner.clone(),
+                epoch: new.epoch,
+                etag: etag.clone(),
+            };
+            if self.finisher.fencing {
+                let options = ObjectOptions {
+                    condition: Some(match &etag {
+                        Some(e) => Condition::Etag(e.clone()),
+                        None => Condition::Absent,
+                    }),
+                    ..self.finisher.small.clone()
+                };
+                let req = spillway_s3::actions::put_object::request(
+                    self.client.endpoint(),
+                    &self.cfg.bucket,
+                    &key,
+                    spillway_s3::request::Body::from(Bytes::from(new.to_json(&old.object))),
+                    &options,
+                )
+                .map_err(|e| SinkError::permanent(format!("marker {key}: {e}")))?;
+                match self
+                    .client
+                    .execute(req, spillway_s3::actions::put_object::parse)
+                    .await
+                {
+                    Ok(out) => fence.etag = Some(out.etag),
+                    Err(spillway_s3::Error::S3(e)) if e.is_precondition_failed() => {
+                        // Another member wrote it between the read and this write.
+                        refusals += 1;
+                        if refusals >= 8 {
+                            return Err(SinkError::permanent(format!(
+                                "taking partition {partition} over: its marker {key} changed \
+                                 under {refusals} tries in a row"
+                            )));
+                        }
+                        monoio::time::sleep(Duration::from_millis(
+                            20 * u64::from(refusals) + fastrand::u64(0..50),
+                        ))
+                        .await;
+                        continue;
+                    }
+                    Err(e) => {
+                        transient(Failure::s3(format_args!("writing its marker {key}"), &e))
+                            .await?;
+                        continue;
+                    }
+                }
+                info!(
+                    sink = %self.name,
+                    partition,
+                    epoch = new.epoch,
+                    took_ms = began.elapsed().as_secs_f64() * 1e3,
+                    "took partition {partition} over in the store{}{}",
+                    if old.owner.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" from {:?}", old.owner)
+                    },
+                    if new.claims.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; {} claimed objects are written again with the same ranges",
+                            new.claims.len()
+                        )
+                    }
+                );
+            }
+            let last = new.last;
+            self.resumed
+                .insert((Rc::from(stream), Rc::from(topic), partition), (new, fence));
+            return Ok(last);
+        }
+    }
+
+    /// With `s3.conditional_writes = "require"`, once per sink and process (its first
+    /// shard): whether the store honours `If-None-Match: *` and `If-Match` on PutObject, on a
+    /// probe key under the sink's marker prefix (deleted after). A store that refuses or
+    /// ignores them is a configuration error naming `s3.conditional_writes`.
+    async fn probe_conditional_writes(&self) -> Result<(), SinkError> {
+        use spillway_s3::actions::{delete_object, put_object};
+        if !self.finisher.fencing || !self.lead {
+            return Ok(());
+        }
+        let mut key = self.cfg.prefix.clone();
+        key.push_str(".spillway/");
+        key::escape_into(&mut key, &self.name);
+        key.push_str(&format!("/probe-{:016x}.json", fastrand::u64(..)));
+        let put = |condition: Condition| {
+            let options = ObjectOptions {
+                condition: Some(condition),
+                ..self.finisher.small.clone()
+            };
+            let key = key.clone();
+            async move {
+                let req = put_object::request(
+                    self.client.endpoint(),
+                    &self.cfg.bucket,
+                    &key,
+                    spillway_s3::request::Body::from(Bytes::from_static(b"{}")),
+                    &options,
+                )?;
+                self.client.execute(req, put_object::parse).await
+            }
+        };
+        let refuse = |what: String| {
+            SinkError::config(format!(
+                "sink {:?}: the S3 store at {} does not honour conditional writes: {what}. \
+                 Spillway writes each object once (If-None-Match) and its markers over the \
+                 version it wrote (If-Match), so that a member that lost a partition cannot \
+                 overwrite its successor's objects; set s3.conditional_writes = \"off\" to run \
+                 without them, safe only while no two members ever write one partition at \
+                 once (README, \"Ownership and fencing\")",
+                self.name,
+                self.client.endpoint().authority()
+            ))
+        };
+        let answered = |r: &Result<put_object::PutObjectOutput, spillway_s3::Error>| match r {
+            Ok(_) => "200 (written)".to_owned(),
+            Err(e) => e.to_string(),
+        };
+        let first = put(Condition::Absent).await;
+        if let Err(e) = &first {
+            return Err(match e {
+                spillway_s3::Error::S3(s) if !s.is_retryable() && s.status != 403 => {
+                    refuse(format!(
+                        "PutObject with If-None-Match: * on a new key {key} was answered {}",
+                        answered(&first)
+                    ))
+                }
+                _ => SinkError::permanent(format!(
+                    "sink {:?}: probing conditional writes ({key}): {e}",
+                    self.name
+                )),
+            });
+        }
+        let again = put(Condition::Absent).await;
+        let wrong = put(Condition::Etag(
+            "00000000000000000000000000000000".to_owned(),
+        ))
+        .await;
+        if let Ok(req) = delete_object::request(self.client.endpoint(), &self.cfg.bucket, &key) {
+            let _ = self.client.execute(req, delete_object::parse).await;
+        }
+        let refused = |r: &Result<_, spillway_s3::Error>| matches!(r, Err(spillway_s3::Error::S3(e)) if e.is_precondition_failed());
+        if !refused(&again) {
+            return Err(refuse(format!(
+                "a second PutObject with If-None-Match: * on {key} was answered {}, not 412",
+                answered(&again)
+            )));
+        }
+        if !refused(&wrong) {
+            return Err(refuse(format!(
+                "PutObject with If-Match of an ETag {key} does not have was answered {}, not 412",
+                answered(&wrong)
+            )));
+        }
+        debug!(sink = %self.name, "the store honours conditional writes");
+        Ok(())
+    }
+
     /// HeadBucket with the sink's endpoint, credentials and TLS: a missing bucket, wrong
     /// credentials or a wrong region is found before anything is polled (`spillway check
     /// --connect` runs it alone). What was seen, or the problem.
@@ -1732,6 +2078,7 @@ impl Sink for S3Sink {
     async fn start(&mut self) -> Result<(), SinkError> {
         self.probe().await?;
         info!(sink = %self.name, bucket = %self.cfg.bucket, "S3 bucket reachable");
+        self.probe_conditional_writes().await?;
         self.abort_stale_uploads().await;
         Ok(())
     }
@@ -1742,38 +2089,7 @@ impl Sink for S3Sink {
         topic: &str,
         partition: u32,
     ) -> Result<Option<u64>, SinkError> {
-        let key = marker_key(&self.cfg.prefix, &self.name, stream, topic, partition);
-        let req = spillway_s3::actions::get_object::request(
-            self.client.endpoint(),
-            &self.cfg.bucket,
-            &key,
-            None,
-            &self.upload.options,
-        )
-        .map_err(|e| SinkError::permanent(format!("marker {key}: {e}")))?;
-        match self
-            .client
-            .execute(req, spillway_s3::actions::get_object::parse)
-            .await
-        {
-            Ok(out) => {
-                let marker = parse_marker(&out.body).map_err(|e| SinkError::permanent(format!("the marker {key} is damaged ({e}); delete it to start from Iggy's stored offset")))?;
-                if !marker.done.is_empty() {
-                    self.resumed.insert(
-                        (Rc::from(stream), Rc::from(topic), partition),
-                        Marker {
-                            last: marker.last,
-                            done: marker.done,
-                        },
-                    );
-                }
-                Ok(marker.last)
-            }
-            Err(spillway_s3::Error::S3(e)) if e.status == 404 => Ok(None),
-            Err(e) => Err(SinkError::permanent(format!(
-                "reading the marker {key}: {e}"
-            ))),
-        }
+        self.take_over(stream, topic, partition).await
     }
 
     async fn deliver(&mut self, batch: Batch) -> Result<(), SinkError> {
@@ -1781,6 +2097,23 @@ impl Sink for S3Sink {
         let info = Rc::clone(&batch.partition);
         let slot = info.slot;
         self.batch_at = Instant::now();
+        if self.retake.contains(&slot) {
+            // Fenced before: this member still holds the partition in Iggy, so it takes it
+            // over again in the store (or tries later).
+            if let Err(e) = self
+                .take_over(&info.stream, &info.topic, info.partition)
+                .await
+            {
+                let Some(first) = batch.messages.first().map(|m| m.offset) else {
+                    return Ok(());
+                };
+                let wait = self.cfg.retry_max.0;
+                warn!(sink = %self.name, partition = info.partition, "taking the partition over again failed, trying again from offset {first} in {}: {e}", Rounded(wait));
+                self.acks.redeliver_at(slot, first, Instant::now() + wait);
+                return Ok(());
+            }
+            self.retake.remove(&slot);
+        }
         self.writer(&info)?;
         for m in &batch.messages {
             if !self.write_message(slot, m).await {
@@ -1816,7 +2149,10 @@ impl Sink for S3Sink {
             .flat_map(|(slot, w)| {
                 w.lanes.iter().enumerate().filter_map(move |(lane, l)| {
                     let open = l.open.as_ref()?;
-                    (!idle.is_zero() && now.saturating_duration_since(open.last_append) >= idle)
+                    // An object of a claimed range waits for the range's end.
+                    (open.claim.is_none()
+                        && !idle.is_zero()
+                        && now.saturating_duration_since(open.last_append) >= idle)
                         .then_some((slot, lane))
                 })
             })
@@ -1853,11 +2189,14 @@ impl Sink for S3Sink {
                 let Some(w) = self.parts[slot].as_mut() else {
                     continue;
                 };
-                if w.open(lane).is_none() {
+                let Some(open) = w.open(lane) else {
                     continue;
-                }
+                };
+                // An object of a claimed range is written whole or not at all: one cut short
+                // is left to the next owner, as `leave` does.
+                let whole = open.claim.is_none();
                 match self.cfg.on_shutdown {
-                    OnShutdown::Flush if Instant::now() < deadline => {
+                    OnShutdown::Flush if whole && Instant::now() < deadline => {
                         self.close(slot, lane).await;
                     }
                     _ => {
@@ -1881,6 +2220,7 @@ impl Sink for S3Sink {
     }
 
     fn release(&mut self, slot: usize) {
+        self.retake.remove(&slot);
         if let Some(w) = self.parts.get_mut(slot).and_then(Option::take) {
             self.total.sub(w.counted);
             for l in w.lanes {
@@ -1917,3 +2257,6 @@ impl Sink for S3Sink {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
+
+#[cfg(test)]
+mod sim;

@@ -49,6 +49,15 @@ fn batch(offsets: std::ops::Range<u64>, len: usize) -> Batch {
     }
 }
 
+/// A hold on a marker, for the tests.
+fn fence() -> Fence {
+    Fence {
+        owner: "me".to_owned(),
+        epoch: 3,
+        etag: None,
+    }
+}
+
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
         .enable_timer()
@@ -348,10 +357,14 @@ fn messages_in_a_complete_object_of_their_values_are_confirmed_without_being_wri
     let (mut sink, acks) = split_sink("");
     sink.resumed.insert(
         (Rc::from("s"), Rc::from("t"), 1),
-        Marker {
-            last: Some(1),
-            done: [(values("us"), 5)].into_iter().collect(),
-        },
+        (
+            Marker {
+                last: Some(1),
+                done: [(values("us"), 5)].into_iter().collect(),
+                ..Marker::default()
+            },
+            fence(),
+        ),
     );
     block_on(async {
         sink.deliver(regional(2..6, &["us"]))
@@ -445,19 +458,33 @@ fn markers_round_trip_and_damaged_ones_are_named() {
     l.done.insert(values("z"), 30);
     l.done.insert(vec!["a".to_owned(), "\"q\"".to_owned()], 20);
     l.done.insert(values("old"), 4);
-    let m = Marker::of(&l, 30);
+    l.claims.push(Claim {
+        first: 10,
+        last: 12,
+        values: values("b"),
+        key: "k/\"10\"".to_owned(),
+    });
+    let m = Marker::of(&l, &fence(), Some(30));
     let json = m.to_json("k/1");
     assert_eq!(
         String::from_utf8_lossy(&json),
-        r#"{"last_offset":9,"object":"k/1","split":[{"values":["a","\"q\""],"last_offset":20},{"values":["z"],"last_offset":30}]}"#
+        r#"{"last_offset":9,"object":"k/1","owner":"me","epoch":3,"claims":[{"first":10,"last":12,"key":"k/\"10\"","values":["b"]}],"split":[{"values":["a","\"q\""],"last_offset":20},{"values":["z"],"last_offset":30}]}"#
     );
-    assert_eq!(parse_marker(&json), Ok(m));
+    assert_eq!(
+        parse_marker(&json),
+        Ok(Marker {
+            object: "k/1".to_owned(),
+            ..m
+        })
+    );
     assert_eq!(
         parse_marker(br#"{"last_offset":149,"object":"c/x"}"#),
         Ok(Marker {
             last: Some(149),
-            done: HashMap::new()
-        })
+            object: "c/x".to_owned(),
+            ..Marker::default()
+        }),
+        "a marker from before fencing: epoch 0 of nobody"
     );
     assert_eq!(
         parse_marker(br#"{"last_offset":null,"object":"c/x"}"#).map(|m| m.last),
@@ -475,6 +502,15 @@ fn markers_round_trip_and_damaged_ones_are_named() {
             "last_offset",
         ),
         (b"{", "not JSON"),
+        (
+            br#"{"last_offset":1,"claims":[{"first":5,"last":4,"key":"k","values":[]}]}"#,
+            "5..=4",
+        ),
+        (
+            br#"{"last_offset":1,"claims":[{"first":5,"last":6,"values":[]}]}"#,
+            "key",
+        ),
+        (br#"{"last_offset":1,"epoch":"x"}"#, "epoch"),
     ] {
         let e = parse_marker(body).unwrap_err();
         assert!(e.contains(says), "{e}");
