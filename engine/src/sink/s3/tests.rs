@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use super::marker::parse_marker;
 use super::*;
 
 const CONFIG: &str = r#"
