@@ -87,7 +87,10 @@ impl Finisher {
             Rounded(wait),
             error.text
         );
-        self.acks.redeliver_at(slot, first, Instant::now() + wait);
+        // A released writer's partition is not this slot's any more.
+        if !shared.retired.get() {
+            self.acks.redeliver_at(slot, first, Instant::now() + wait);
+        }
     }
 
     /// Another member took partition `slot` of writer `epoch` over: nothing of this writer
@@ -97,12 +100,14 @@ impl Finisher {
     fn fenced(&self, shared: &Completion, slot: usize, epoch: u64, partition: u32, why: &str) {
         let from = shared.ledger.borrow_mut().reset();
         let backoff = shared.backoff.get().max(Duration::from_secs(1));
-        self.events.borrow_mut().push(TaskEvent::Fenced {
-            slot,
-            epoch,
-            from,
-            at: Instant::now() + backoff,
-        });
+        self.events
+            .borrow_mut()
+            .push(TaskEvent::Fenced { slot, epoch });
+        // A writer released already (its partition taken away, or made anew) must not rewind
+        // the partition its slot holds now.
+        if !shared.retired.get() {
+            self.acks.redeliver_at(slot, from, Instant::now() + backoff);
+        }
         shared
             .backoff
             .set((backoff * 2).min(self.retry_max.max(backoff)));

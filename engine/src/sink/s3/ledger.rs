@@ -175,3 +175,117 @@ impl Ledger {
         w.map_or(0, |w| w + 1)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> Vec<String> {
+        vec![s.to_owned()]
+    }
+
+    fn claim(values: &str, first: u64, last: u64) -> Claim {
+        Claim {
+            first,
+            last,
+            values: v(values),
+            key: format!("{values}-{first}"),
+        }
+    }
+
+    /// Where a message goes: below the marker's watermark or its values' newest complete
+    /// object it is settled; in a claimed range it goes into that claim's object, which an
+    /// object of the same values open before the range must leave first; a delivery that
+    /// begins inside a claimed range settles it (only a complete object of the range lets
+    /// an offset be stored); past a claim whose last message never came its object closes.
+    #[test]
+    fn placement_follows_the_watermark_the_marks_and_the_claims() {
+        let c = claim("a", 10, 14);
+        let l = Ledger {
+            floor: Some(4),
+            done: [(v("b"), 8)].into_iter().collect(),
+            claims: vec![c.clone()],
+            ..Ledger::default()
+        };
+        assert_eq!(l.place(&v("a"), 4, None), Place::Settled, "below the floor");
+        assert_eq!(
+            l.place(&v("b"), 8, None),
+            Place::Settled,
+            "b's complete object"
+        );
+        assert_eq!(l.place(&v("b"), 9, None), Place::Free);
+        assert_eq!(
+            l.place(&v("a"), 9, Some(None)),
+            Place::Free,
+            "before the claim"
+        );
+        assert_eq!(
+            l.place(&v("a"), 10, Some(None)),
+            Place::CloseOpen,
+            "an open free object of a ends before a's claim"
+        );
+        assert_eq!(l.place(&v("a"), 10, None), Place::Claim(c.clone()));
+        assert_eq!(
+            l.place(&v("a"), 12, Some(Some(&c))),
+            Place::Claim(c.clone())
+        );
+        assert_eq!(
+            l.place(&v("a"), 12, None),
+            Place::Settled,
+            "begun inside the claim: its object is complete"
+        );
+        assert_eq!(
+            l.place(&v("b"), 12, None),
+            Place::Free,
+            "b is not in a's claim"
+        );
+        assert_eq!(
+            l.place(&v("a"), 15, Some(Some(&c))),
+            Place::CloseOpen,
+            "past the claim's end: its object closes"
+        );
+        let other = claim("a", 20, 22);
+        assert_eq!(
+            l.place(&v("a"), 12, Some(Some(&other))),
+            Place::CloseOpen,
+            "an object of another claim is not this one's"
+        );
+    }
+
+    /// A claim must reach the store before its object completes: a new claim asks for a
+    /// marker write, a known one does not, unless a write that should have carried it failed.
+    /// The watermark passing a claim forgets it.
+    #[test]
+    fn claims_are_written_until_recorded_and_forgotten_once_complete() {
+        let mut l = Ledger::default();
+        let c = claim("", 0, 3);
+        assert!(l.add_claim(c.clone()), "new");
+        assert!(
+            l.add_claim(c.clone()),
+            "not recorded yet (the write failed)"
+        );
+        l.recorded();
+        assert!(!l.add_claim(c.clone()), "recorded");
+        l.unsettled.insert(0);
+        l.handed = Some(3);
+        assert_eq!(l.watermark(), None);
+        l.completed(&c, 0);
+        assert_eq!(l.watermark(), Some(3));
+        assert!(l.claims.is_empty());
+        assert_eq!(l.done.len(), 0, "the mark is at the watermark: forgotten");
+        // A claim below a floor taken over is complete: pruned.
+        let mut l = Ledger {
+            floor: Some(9),
+            claims: vec![claim("x", 5, 9), claim("x", 10, 12)],
+            ..Ledger::default()
+        };
+        l.prune();
+        assert_eq!(l.claims, vec![claim("x", 10, 12)]);
+        assert_eq!(
+            l.reset(),
+            10,
+            "a reset starts past the floor; the claims stay"
+        );
+        assert_eq!(l.claims.len(), 1);
+    }
+}

@@ -294,3 +294,52 @@ pub(super) fn owner_id(shard: usize) -> String {
         fastrand::u32(..)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A takeover keeps the state and raises the epoch; a refused write is this member's own
+    /// only with its owner id and epoch, anything else fences it.
+    #[test]
+    fn takeovers_raise_the_epoch_and_refusals_tell_ours_from_a_successor() {
+        let old = Marker {
+            last: Some(41),
+            owner: "a".to_owned(),
+            epoch: 6,
+            claims: vec![Claim {
+                first: 42,
+                last: 50,
+                values: Vec::new(),
+                key: "k42".to_owned(),
+            }],
+            ..Marker::default()
+        };
+        let new = old.taken_over_by("b");
+        assert_eq!((new.owner.as_str(), new.epoch), ("b", 7));
+        assert_eq!((new.last, &new.claims), (old.last, &old.claims));
+        let fence = Fence {
+            owner: "b".to_owned(),
+            epoch: 7,
+            etag: Some("e".to_owned()),
+        };
+        assert_eq!(fence.refused(&new), Refused::Ours);
+        assert_eq!(
+            fence.refused(&new.taken_over_by("c")),
+            Refused::TakenOver {
+                owner: "c".to_owned(),
+                epoch: 8
+            }
+        );
+        assert_eq!(
+            fence.refused(&new.taken_over_by("b")),
+            Refused::TakenOver {
+                owner: "b".to_owned(),
+                epoch: 8
+            },
+            "the same owner id at a later epoch is another takeover (a restart)"
+        );
+        let none = Marker::default().taken_over_by("a");
+        assert_eq!(none.epoch, 1, "the first owner of a partition");
+    }
+}

@@ -184,6 +184,9 @@ struct Completion {
     /// Completion tasks waiting for the one before them: while one waits, a completed
     /// object's marker write is left to that one's claim, which carries it.
     queued: Cell<u64>,
+    /// The writer was released (its partition taken away, or it was dropped after it was
+    /// fenced): its tasks finish, but ask for no redelivery of what the slot holds now.
+    retired: Cell<bool>,
 }
 
 /// What a completion task tells the sink.
@@ -194,15 +197,9 @@ enum TaskEvent {
     /// dropped. A writer released and made anew has another epoch: the event is not its.
     Failed { slot: usize, epoch: u64 },
     /// Another member took the partition of writer `epoch` of `slot` over in the store: the
-    /// writer is dropped and the partition delivered again from `from` at `at` (taken over
-    /// anew first). Nothing happens when that writer is gone: an earlier writer's task must
-    /// not rewind a partition its successor writes.
-    Fenced {
-        slot: usize,
-        epoch: u64,
-        from: u64,
-        at: Instant,
-    },
+    /// writer is dropped (the task asked for the partition to be delivered again, taken over
+    /// anew first).
+    Fenced { slot: usize, epoch: u64 },
     /// A failure no retry can mend: the sink stops with the first.
     Fatal(String),
 }
@@ -548,6 +545,7 @@ impl S3Sink {
                     ledger: RefCell::new(ledger),
                     fence: RefCell::new(fence),
                     queued: Cell::new(0),
+                    retired: Cell::new(false),
                 }),
                 epoch: self.epochs,
                 counted: 0,
@@ -741,15 +739,9 @@ impl S3Sink {
                         hit = true;
                     }
                 }
-                TaskEvent::Fenced {
-                    slot: s,
-                    epoch,
-                    from,
-                    at,
-                } => {
-                    if self.drop_fenced(s, epoch) {
-                        self.acks.redeliver_at(s, from, at);
-                        hit |= slot == Some(s);
+                TaskEvent::Fenced { slot: s, epoch } => {
+                    if self.drop_fenced(s, epoch) && slot == Some(s) {
+                        hit = true;
                     }
                 }
                 TaskEvent::Fatal(text) => {
@@ -1557,6 +1549,7 @@ impl Sink for S3Sink {
     fn release(&mut self, slot: usize) {
         self.retake.remove(&slot);
         if let Some(w) = self.parts.get_mut(slot).and_then(Option::take) {
+            w.shared.retired.set(true);
             self.total.sub(w.counted);
             for l in w.lanes {
                 if let Some(open) = l.open
