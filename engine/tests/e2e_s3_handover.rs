@@ -451,6 +451,21 @@ fn assignments(log: &str) -> String {
     }
 }
 
+/// How long each takeover of a partition in the store took (the marker read and written
+/// back), in ms, from the engines' `took partition ... over` lines.
+fn takeovers(log: &str) -> Vec<f64> {
+    log.lines()
+        .filter(|l| l.contains("over in the store"))
+        .filter_map(|l| {
+            let v = &l[l.find("took_ms=")? + "took_ms=".len()..];
+            v.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
 /// The last warnings and errors of an engine's log.
 fn warnings(log: &str) -> String {
     let lines: Vec<&str> = log
@@ -492,10 +507,23 @@ fn settle_and_check(
             problems.push(p);
         }
     }
+    let mut took: Vec<f64> = left
+        .iter()
+        .chain(engines.iter())
+        .flat_map(|(_, e)| takeovers(&e.log()))
+        .collect();
+    took.sort_by(f64::total_cmp);
     let history = left
         .iter()
         .chain(engines.iter())
         .map(|(name, e)| format!("    {name} assigned {}", assignments(&e.log())))
+        .chain(took.last().map(|max| {
+            format!(
+                "    {} takeovers in the store, median {:.1} ms, max {max:.1} ms",
+                took.len(),
+                took[took.len() / 2]
+            )
+        }))
         .collect::<Vec<_>>()
         .join("\n");
     if let Err(e) = check_objects(s3, prefix, &counts) {
