@@ -429,6 +429,14 @@ impl S3Sink {
             .map_err(|(key, e)| err(format!("s3.{key}: {e}")))?;
         let sse = sse_of(&cfg, customer_key);
         let fencing = cfg.conditional_writes == ConditionalWrites::Require;
+        if !fencing && lead && config.consumer_group.is_some() {
+            warn!(
+                sink = %config.name,
+                "s3.conditional_writes = \"off\" in a consumer group: when a partition changes \
+                 hands while its old owner is still alive (a pause, a cut from Iggy, a member \
+                 leaving), the old owner's late upload may replace its successor's object"
+            );
+        }
         let mut upload = UploadConfig::new(cfg.part_size.0, cfg.parts_in_flight);
         upload.total = Some(Rc::clone(&total));
         upload.options = ObjectOptions {
