@@ -7,7 +7,8 @@
 //! - `mosquitto`: MQTT 5, QoS 1, window 1000, with a QoS 0 subscriber counting deliveries;
 //! - `discard_mqtt`: the in-process discard broker (answers every PUBLISH at once);
 //! - `s3s_fs`: json_lines objects (64 MiB, 8 MiB parts, 2 in flight) to s3s-fs;
-//! - `discard_s3`: the same sink to the in-process discard S3 endpoint;
+//! - `discard_s3`: the same sink to the in-process discard S3 endpoint (without fencing,
+//!   `conditional_writes = "off"`: the endpoint keeps nothing, so it cannot honour them);
 //!
 //! with 100-byte and 1 KiB JSON payloads. Timed from the process's spawn until Iggy holds the
 //! last offset of every partition (the delivery contract's end: every message confirmed and
@@ -272,8 +273,16 @@ part_size = "8MiB"
 parts_in_flight = 2
 idle_flush = "1s"
 request_attempts = 1
-{extra}"#,
+{fencing}{extra}"#,
                 name = job.name,
+                // The discard endpoint keeps nothing, so it cannot honour conditional writes
+                // (the sink's start-up probe would refuse it): it measures the engine without
+                // fencing. s3s-fs runs with fencing, as shipped.
+                fencing = if job.dest == Dest::DiscardS3 {
+                    "conditional_writes = \"off\"\n"
+                } else {
+                    ""
+                },
                 extra = job.s3_extra,
             );
         }
