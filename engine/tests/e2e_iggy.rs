@@ -11,22 +11,13 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::{Engine, Topic, by_partition, config, lines, send, stored, topic, wait_until};
+use common::{
+    Engine, Topic, by_partition, config, group_stored, lines, send, stored, topic, wait_until,
+};
 use iggy_binary_protocol::version::pack_protocol_version;
-use spillway_tests::{IggyAdmin, IggyServer, IggyStandIn, IggyStandInOpts, TestConsumer};
+use spillway_tests::{IggyServer, IggyStandIn, IggyStandInOpts};
 
 const LONG: Duration = Duration::from_secs(60);
-
-fn group_stored(admin: &mut IggyAdmin, t: &Topic, group: &str, partition: u32) -> Option<u64> {
-    admin
-        .stored_offset(
-            &TestConsumer::Group(group.to_owned()),
-            &t.stream,
-            &t.topic,
-            partition,
-        )
-        .unwrap()
-}
 
 /// 20 messages already in each of 2 partitions, the engine started with `start`, then 10 more:
 /// returns the offsets the file sink got per partition.

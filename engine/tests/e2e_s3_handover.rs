@@ -27,10 +27,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{Engine, Topic, engine_sections, s3_sink, topic};
+use common::{Engine, Topic, engine_sections, group_stored, s3_sink, topic};
 use spillway_tests::{
-    BlackHoleProxy, IggyAdmin, IggyProcess, IggyProcessOpts, IggyServer, S3Server, TestConsumer,
-    TestMessage,
+    BlackHoleProxy, IggyProcess, IggyProcessOpts, IggyServer, S3Server, TestMessage,
 };
 
 /// The server's heartbeat interval: a member that sends nothing for 1.2 x this is evicted.
@@ -107,17 +106,6 @@ fn group_topic(iggy: &IggyServer, name: &str, partitions: u32, group: &str) -> T
         .create_consumer_group(&t.stream, &t.topic, group)
         .unwrap();
     t
-}
-
-fn group_stored(admin: &mut IggyAdmin, t: &Topic, group: &str, partition: u32) -> Option<u64> {
-    admin
-        .stored_offset(
-            &TestConsumer::Group(group.to_owned()),
-            &t.stream,
-            &t.topic,
-            partition,
-        )
-        .unwrap()
 }
 
 // ---------------------------------------------------------------- the producer

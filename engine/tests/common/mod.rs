@@ -179,6 +179,18 @@ pub fn stored(admin: &mut IggyAdmin, t: &Topic, consumer: &str, partition: u32) 
         .unwrap()
 }
 
+/// The offset consumer group `group` stored for `t`'s `partition`.
+pub fn group_stored(admin: &mut IggyAdmin, t: &Topic, group: &str, partition: u32) -> Option<u64> {
+    admin
+        .stored_offset(
+            &TestConsumer::Group(group.to_owned()),
+            &t.stream,
+            &t.topic,
+            partition,
+        )
+        .unwrap()
+}
+
 /// One line of the file sink.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Line {
