@@ -11,6 +11,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::config::PayloadEncoding;
 use crate::message::encode_headers;
 
 fn part() -> PartitionInfo {
