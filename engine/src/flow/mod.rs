@@ -292,6 +292,21 @@ impl Flow {
                     }
                     part.ready_at = not_before.unwrap_or(now);
                 }
+                Outcome::Reopen { not_before } => {
+                    // What was polled and not confirmed is dropped with the partition: its
+                    // next owner (this member again, or another) starts from what Iggy and
+                    // the sink's store say.
+                    let before = part.tracker.unconfirmed_bytes();
+                    let dropped = part.tracker.redeliver(0);
+                    stats.counters.redelivered += dropped;
+                    if windowed {
+                        self.budget
+                            .sub(before.saturating_sub(part.tracker.unconfirmed_bytes()));
+                    }
+                    if part.reopen.is_none() {
+                        part.reopen = Some(not_before.unwrap_or(now));
+                    }
+                }
             }
         }
         self.refresh_gauge(slot);
@@ -439,7 +454,7 @@ impl Flow {
             messages.clear();
             return false;
         };
-        if part.tracker.next_poll() != from.0 {
+        if part.tracker.next_poll() != from.0 || part.reopen.is_some() {
             messages.clear();
             return false;
         }
@@ -598,7 +613,7 @@ impl Flow {
         if let Some(a) = self.link_action(now) {
             return Some(a);
         }
-        if let Some(a) = self.retire() {
+        if let Some(a) = self.retire(now) {
             return Some(a);
         }
         if self.started && now >= self.next_tick {
@@ -617,19 +632,48 @@ impl Flow {
         self.choose_poll(now)
     }
 
-    /// A partition taken away, drained and stored leaves.
-    fn retire(&mut self) -> Option<Action> {
+    /// A partition taken away, drained and stored leaves; one the sink gave up leaves once
+    /// its time comes and, still owned, is opened anew (after the sink released it).
+    fn retire(&mut self, now: Instant) -> Option<Action> {
         for slot in 0..self.parts.len() {
-            let retire = self.parts[slot].as_ref().is_some_and(|p| {
-                !p.owned && p.tracker.is_idle() && p.tracker.watermark() <= p.stored.map(|s| s.0)
-            });
-            if retire {
-                self.parts[slot] = None;
-                if let Some(g) = self.stats.borrow_mut().partitions.get_mut(slot) {
-                    *g = None;
-                }
-                return Some(Action::Release(Slot(slot)));
+            let Some(p) = self.parts[slot].as_ref() else {
+                continue;
+            };
+            let reopen = p.reopen.is_some_and(|at| at <= now);
+            let drained =
+                !p.owned && p.tracker.is_idle() && p.tracker.watermark() <= p.stored.map(|s| s.0);
+            if !reopen && !drained {
+                continue;
             }
+            let (id, owned) = (p.id, p.owned);
+            self.parts[slot] = None;
+            if let Some(g) = self.stats.borrow_mut().partitions.get_mut(slot) {
+                *g = None;
+            }
+            if reopen && owned {
+                if self.link.plan.is_none() {
+                    // A local source has no one to hand the partition to: another writer
+                    // of this sink's output is at work.
+                    let e = self.fail_with(
+                        format!(
+                            "partition {id} was taken over by another writer in the sink's store \
+                             (is a second engine running with this sink's name and prefix?)"
+                        ),
+                        ErrorClass::Permanent,
+                    );
+                    self.finish(Err(e));
+                } else if !self.opens.contains(&id) {
+                    info!(
+                        sink = %self.cfg.name,
+                        partition = id.0,
+                        "partition {}/{}/{id}: taking it up anew (the sink gave it up)",
+                        self.cfg.stream,
+                        self.cfg.topic
+                    );
+                    self.opens.push_back(id);
+                }
+            }
+            return Some(Action::Release(Slot(slot)));
         }
         None
     }
@@ -701,9 +745,9 @@ impl Flow {
         }
         let n = self.parts.len();
         let slot = (0..n).map(|i| (self.cursor + i) % n).find(|&slot| {
-            self.parts[slot]
-                .as_ref()
-                .is_some_and(|p| p.owned && p.ready_at <= now && self.has_room(p))
+            self.parts[slot].as_ref().is_some_and(|p| {
+                p.owned && p.reopen.is_none() && p.ready_at <= now && self.has_room(p)
+            })
         })?;
         self.cursor = (slot + 1) % n;
         let part = self.parts[slot].as_ref()?;
@@ -735,7 +779,9 @@ impl Flow {
         }
         let polling = self.pollable();
         for p in self.parts.iter().flatten() {
-            if polling && p.owned && self.has_room(p) {
+            if let Some(at) = p.reopen {
+                wake = wake.min(at);
+            } else if polling && p.owned && self.has_room(p) {
                 wake = wake.min(p.ready_at);
             }
             if p.tracker.watermark() > p.stored.map(|s| s.0) {

@@ -34,6 +34,9 @@ pub(super) struct Part {
     pub(super) owned: bool,
     /// The offset the source ends at (exclusive), for a bounded local source.
     pub(super) end: Option<Offset>,
+    /// The sink gave the partition up ([`crate::sink::Outcome::Reopen`]): nothing of it is
+    /// polled any more; from this time on it leaves and, still owned, is opened anew.
+    pub(super) reopen: Option<Instant>,
 }
 
 impl Flow {
@@ -82,6 +85,7 @@ impl Flow {
             head: None,
             owned: true,
             end: None,
+            reopen: None,
         };
         let gauge = PartitionGauge {
             stream: self.cfg.stream.to_string(),

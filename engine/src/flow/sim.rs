@@ -159,6 +159,22 @@ impl World {
                 last: u64::MAX,
                 outcome: Outcome::Redeliver { not_before },
             });
+        } else if roll == 3 && self.faults > 0 && self.rng.bool() {
+            // Give the partition up (fenced in the sink's store): what it holds of it is
+            // dropped, and the engine takes it up anew from what the server stored.
+            let (slot, p, _) = self.sink.pending[i];
+            self.sink.pending.retain(|&(s, q, _)| !(s == slot && q == p));
+            let not_before = self
+                .rng
+                .bool()
+                .then(|| self.now + Duration::from_millis(self.rng.u64(0..50)));
+            self.log(|| format!("sink gives partition {} up", p.0));
+            self.sink.events.push_back(Ack {
+                slot: slot.0,
+                first: 0,
+                last: u64::MAX,
+                outcome: Outcome::Reopen { not_before },
+            });
         } else if self.faults > 0
             && (roll < 5 && self.cfg.on_error == ErrorPolicy::Skip
                 || roll == 5 && self.rng.u32(0..10) == 0)

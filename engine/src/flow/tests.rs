@@ -439,6 +439,157 @@ fn a_store_refused_after_the_group_moved_the_partition_gives_it_up() {
 }
 
 #[test]
+fn a_partition_the_sink_gives_up_is_released_then_opened_anew_from_what_the_source_says() {
+    let t0 = Instant::now();
+    let mut flow = Flow::new(config(iggy(&[], true)), Budget::new(1 << 30), t0);
+    assert_eq!(settle(&mut flow, t0), Action::SyncGroup);
+    flow.handle_assignment(t0, 1, &[PartitionId(3), PartitionId(4)]);
+    for _ in 0..2 {
+        let poll = settle(&mut flow, t0);
+        answer_poll(&mut flow, t0, &poll, 10, 1);
+    }
+    let slot = flow.slot(PartitionId(3)).unwrap();
+    flow.handle_sink_event(t0, confirm(slot, 0, 4));
+    // The sink was fenced in its store: it gives the partition up, to be taken up anew in
+    // 50 ms. A batch polled before that is dropped, and the partition is not polled again.
+    let poll = settle(&mut flow, t0);
+    flow.handle_sink_event(
+        t0,
+        Ack {
+            slot: slot.0,
+            first: 0,
+            last: u64::MAX,
+            outcome: Outcome::Reopen {
+                not_before: Some(ms(t0, 50)),
+            },
+        },
+    );
+    if let Action::Poll {
+        slot: s, offset, ..
+    } = poll
+    {
+        let mut batch: Vec<Message> = (offset.0..offset.0 + 5).map(|o| message(o, 1)).collect();
+        let kept = flow.handle_polled(t0, &mut batch, None, None);
+        assert!(
+            s != slot || (!kept && batch.is_empty()),
+            "a batch of a given-up partition is delivered"
+        );
+    }
+    // A late confirmation of the given-up writer changes nothing.
+    flow.handle_sink_event(t0, confirm(slot, 5, 9));
+    for _ in 0..5 {
+        match flow.poll_action(ms(t0, 10)) {
+            Action::Poll { slot: s, .. } => {
+                assert_ne!(s, slot, "a given-up partition is polled");
+                let mut none = Vec::new();
+                flow.handle_polled(ms(t0, 10), &mut none, None, None);
+            }
+            a @ (Action::Release(_) | Action::Open { .. }) => panic!("before its time: {a:?}"),
+            _ => {}
+        }
+    }
+    // Its time come, it is released first (the sink drops its writer), then opened anew.
+    let t1 = ms(t0, 50);
+    let mut seen = Vec::new();
+    loop {
+        match flow.poll_action(t1) {
+            a @ Action::Release(_) => seen.push(a),
+            a @ Action::Open { .. } => {
+                seen.push(a);
+                break;
+            }
+            Action::Poll { .. } => {
+                let mut none = Vec::new();
+                flow.handle_polled(t1, &mut none, None, None);
+            }
+            Action::Store { slot, offset, .. } => flow.handle_stored(t1, slot, offset),
+            a @ Action::Wait { .. } => panic!("never reopened: {seen:?} then {a:?}"),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            Action::Release(slot),
+            Action::Open {
+                partition: PartitionId(3),
+                need_head: false
+            }
+        ]
+    );
+    // Opened again from what Iggy stored (7) and the sink's store hold (up to 12): it
+    // resumes at 13 with nothing in flight, whatever the old tracker had.
+    flow.handle_opened(
+        t1,
+        PartitionId(3),
+        Opened {
+            stored: Some(Offset(7)),
+            sink_done: Some(Offset(12)),
+            head: None,
+        },
+    );
+    assert_eq!(flow.next_poll(PartitionId(3)), Some(Offset(13)));
+    assert_eq!(flow.watermark(PartitionId(3)), Some(Offset(12)));
+}
+
+#[test]
+fn a_partition_the_sink_gives_up_after_the_group_took_it_away_is_only_released() {
+    let t0 = Instant::now();
+    let mut flow = Flow::new(config(iggy(&[], true)), Budget::new(1 << 30), t0);
+    assert_eq!(settle(&mut flow, t0), Action::SyncGroup);
+    flow.handle_assignment(t0, 1, &[PartitionId(3)]);
+    let poll = settle(&mut flow, t0);
+    answer_poll(&mut flow, t0, &poll, 10, 1);
+    let slot = flow.slot(PartitionId(3)).unwrap();
+    let t1 = ms(t0, 1_000);
+    assert_eq!(settle(&mut flow, t1), Action::SyncGroup);
+    flow.handle_assignment(t1, 2, &[]);
+    flow.handle_sink_event(
+        t1,
+        Ack {
+            slot: slot.0,
+            first: 0,
+            last: u64::MAX,
+            outcome: Outcome::Reopen { not_before: None },
+        },
+    );
+    assert_eq!(flow.poll_action(t1), Action::Release(slot));
+    assert!(matches!(settle(&mut flow, t1), Action::Wait { .. }));
+    assert_eq!(flow.slot(PartitionId(3)), None);
+}
+
+#[test]
+fn a_local_source_whose_sink_gives_a_partition_up_ends_the_run_with_the_reason() {
+    let t0 = Instant::now();
+    let mut flow = Flow::new(
+        config(SourcePlan::Local(vec![(PartitionId(0), None)])),
+        Budget::new(1 << 30),
+        t0,
+    );
+    let poll = settle(&mut flow, t0);
+    answer_poll(&mut flow, t0, &poll, 10, 1);
+    let slot = flow.slot(PartitionId(0)).unwrap();
+    flow.handle_sink_event(
+        t0,
+        Ack {
+            slot: slot.0,
+            first: 0,
+            last: u64::MAX,
+            outcome: Outcome::Reopen { not_before: None },
+        },
+    );
+    let mut actions = Vec::new();
+    for _ in 0..10 {
+        let a = flow.poll_action(t0);
+        if matches!(a, Action::Wait { .. }) || flow.is_done() {
+            break;
+        }
+        actions.push(a);
+    }
+    assert!(flow.is_stopping() || flow.is_done(), "{actions:?}");
+}
+
+#[test]
 fn the_shutdown_deadline_stores_only_confirmed_offsets() {
     let t0 = Instant::now();
     let mut flow = Flow::new(config(iggy(&[1], false)), Budget::new(1 << 30), t0);

@@ -42,6 +42,16 @@ pub enum Outcome {
         /// No poll of the partition before this.
         not_before: Option<Instant>,
     },
+    /// The sink gave the partition up (another writer took it over in the sink's own store):
+    /// the engine drops everything it polled of it and, if it still holds the partition,
+    /// takes it up anew, not before `not_before`: from Iggy's stored offset and what the
+    /// sink's `resume` finds, as for a partition newly assigned. The sink reports nothing
+    /// more for the slot after this (the engine may give the slot to another partition once
+    /// it released it).
+    Reopen {
+        /// No reopening before this.
+        not_before: Option<Instant>,
+    },
 }
 
 /// One report from a sink.
@@ -135,6 +145,19 @@ impl Acks {
             first: from,
             last: u64::MAX,
             outcome: Outcome::Redeliver {
+                not_before: Some(at),
+            },
+        });
+    }
+
+    /// Partition `slot` is given up by the sink: the engine takes it up anew (see
+    /// [`Outcome::Reopen`]), not before `at`.
+    pub fn reopen_at(&self, slot: usize, at: Instant) {
+        self.push(Ack {
+            slot,
+            first: 0,
+            last: u64::MAX,
+            outcome: Outcome::Reopen {
                 not_before: Some(at),
             },
         });

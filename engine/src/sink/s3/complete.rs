@@ -94,19 +94,20 @@ impl Finisher {
     }
 
     /// Another member took partition `slot` of writer `epoch` over: nothing of this writer
-    /// counts any more. The writer is dropped; the partition is delivered again from its
-    /// watermark after a backoff (if this member still holds it in Iggy, it takes it over
-    /// anew and finds what its successor wrote; if not, the engine lets it go).
+    /// counts any more. The writer is dropped and the engine gives the partition up; after
+    /// a backoff, if this member still holds it in Iggy, the engine takes it up anew like a
+    /// partition newly assigned (the sink takes it over in the store again and starts after
+    /// what its successor wrote and Iggy stored), else it lets it go.
     fn fenced(&self, shared: &Completion, slot: usize, epoch: u64, partition: u32, why: &str) {
-        let from = shared.ledger.borrow_mut().reset();
+        shared.ledger.borrow_mut().reset();
         let backoff = shared.backoff.get().max(Duration::from_secs(1));
         self.events
             .borrow_mut()
             .push(TaskEvent::Fenced { slot, epoch });
-        // A writer released already (its partition taken away, or made anew) must not rewind
+        // A writer released already (its partition taken away, or made anew) must not touch
         // the partition its slot holds now.
         if !shared.retired.get() {
-            self.acks.redeliver_at(slot, from, Instant::now() + backoff);
+            self.acks.reopen_at(slot, Instant::now() + backoff);
         }
         shared
             .backoff
@@ -115,8 +116,8 @@ impl Finisher {
             sink = %self.sink,
             partition,
             "partition {partition} is owned by another member in the store ({why}): this \
-             one stops writing it, and nothing it had not completed counts; it is delivered \
-             again from offset {from} in about {} if this member still holds it",
+             one stops writing it, and nothing it had not completed counts; it is taken up \
+             anew in about {} if this member still holds it",
             Rounded(backoff)
         );
     }
@@ -331,7 +332,11 @@ pub(super) async fn complete(
         Ok(size) => {
             debug!(sink = %f.sink, key = %job.claim.key, size, first = job.claim.first, last = job.claim.last, count = job.count, "object complete");
             shared.backoff.set(f.retry_min);
-            shared.ledger.borrow_mut().advance(&f.acks, job.slot);
+            // A released writer's slot may hold another partition now (or this one taken up
+            // anew, from what the store and Iggy say): its confirmations go nowhere.
+            if !shared.retired.get() {
+                shared.ledger.borrow_mut().advance(&f.acks, job.slot);
+            }
             true
         }
         Err(MarkerError::Fenced(why)) => {
@@ -400,7 +405,9 @@ pub(super) async fn dead_letter(
             if ledger.generation == letter.generation {
                 ledger.unsettled.remove(&letter.offset);
             }
-            ledger.advance(&f.acks, letter.slot);
+            if !shared.retired.get() {
+                ledger.advance(&f.acks, letter.slot);
+            }
             true
         }
         Err(e) => {

@@ -102,7 +102,8 @@ struct Member {
     /// otherwise).
     believes: bool,
     writer: Option<Writer>,
-    /// Fenced: take the partition over again before the next delivery.
+    /// Fenced: the engine takes the partition up anew (a takeover, then delivery from the
+    /// later of the stored offset and the marker) before the next delivery.
     retake: bool,
 }
 
