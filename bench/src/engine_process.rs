@@ -114,20 +114,37 @@ impl EngineProcess {
         })
     }
 
-    /// Asks it to drain and stop (SIGTERM: the engine stops polling, waits for what is in
-    /// flight, closes open objects and stores the confirmed offsets).
     /// The process id.
     pub fn pid(&self) -> u32 {
         u32::try_from(self.pid).unwrap_or(0)
     }
 
+    /// Asks it to drain and stop (SIGTERM: the engine stops polling, waits for what is in
+    /// flight, closes open objects and stores the confirmed offsets).
     pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Freezes it (SIGSTOP): every thread stops where it is, its connections stay open and
+    /// silent, as in a VM pause. [`EngineProcess::resume`] thaws it.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Thaws a frozen process (SIGCONT); nothing for a running one.
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// Sends `sig` while the process is ours (not reaped yet).
+    fn signal(&self, sig: libc::c_int) {
         if self.child.is_some() {
             // SAFETY: kill(2) on the pid of our own child, which is not reaped yet (it is
-            // reaped only in `reap`, which takes `child` first), so the pid is still ours.
+            // reaped only in `try_exit` or `kill`, which take `child` first), so the pid is
+            // still ours.
             #[allow(unsafe_code)]
             unsafe {
-                libc::kill(self.pid, libc::SIGTERM);
+                libc::kill(self.pid, sig);
             }
         }
     }
@@ -217,6 +234,11 @@ impl EngineProcess {
         self.wait(Instant::now() + grace)
     }
 
+    /// Its whole log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// The last `lines` lines of its log.
     pub fn log_tail(&self, lines: usize) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
@@ -224,7 +246,9 @@ impl EngineProcess {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
-    fn kill(&mut self) {
+    /// SIGKILL (a crash; a frozen process dies too), then reaps it. Its log stays readable
+    /// until it is dropped.
+    pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

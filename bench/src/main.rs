@@ -80,13 +80,16 @@ scenarios:
            measured from each message's scheduled time (coordinated omission corrected):
            MQTT QoS 1 to mosquitto, and S3 objects (1 s) to s3s-fs; charts
            target/bench/latency_mqtt_qos1.svg and latency_s3.svg
-  chaos    a fault campaign (not part of `all`): the real Iggy server, mosquitto and s3s-fs
-           behind fault proxies, the engine with an MQTT and an S3 sink, and a nemesis that
-           SIGKILLs and restarts the engine, Iggy and s3s-fs, restarts mosquitto, drops and
+  chaos    a fault campaign (not part of `all`): the real Iggy server (2 s heartbeat),
+           mosquitto and s3s-fs behind fault proxies, two engines in one consumer group per
+           sink (MQTT and S3) on four partitions, and a nemesis that SIGKILLs and restarts
+           either engine, pauses one past its eviction (SIGSTOP 3-6 s), cuts one off from Iggy
+           alone (4-7 s), SIGKILLs and restarts Iggy and s3s-fs, restarts mosquitto, drops and
            black-holes MQTT connections and stalls or fails S3 requests; then every offset is
            checked: acknowledged by the broker at least once, in exactly one S3 object, never
-           stored before the broker acknowledged it. One minute with --quick, else three
-           (SPILLWAY_BENCH_CHAOS_SECS, SPILLWAY_BENCH_CHAOS_SEED); fails on any loss
+           stored before it was confirmed. One minute with --quick, else three
+           (SPILLWAY_BENCH_CHAOS_SECS); a fresh seed each run, printed, replayed with
+           SPILLWAY_BENCH_CHAOS_SEED; logs in target/bench/chaos/; fails on any loss
 
 options:
   --quick     fewer and shorter runs, smaller objects (CI smoke); the JSON is still written

@@ -14,15 +14,16 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use iggy_binary_protocol::batch::decode_batch_slice;
 use iggy_binary_protocol::codes::{
-    CREATE_CONSUMER_GROUP_CODE, CREATE_STREAM_CODE, CREATE_TOPIC_CODE, DELETE_STREAM_CODE,
-    GET_CONSUMER_OFFSET_CODE, GET_TOPIC_CODE, JOIN_CONSUMER_GROUP_CODE, LEAVE_CONSUMER_GROUP_CODE,
-    LOGIN_REGISTER_CODE, LOGIN_REGISTER_WITH_PAT_CODE, LOGOUT_USER_CODE, PING_CODE,
-    POLL_MESSAGES_CODE, SEND_MESSAGES_CODE, STORE_CONSUMER_OFFSET_CODE, SYNC_CONSUMER_GROUP_CODE,
+    CREATE_CONSUMER_GROUP_CODE, CREATE_STREAM_CODE, CREATE_TOPIC_CODE, DELETE_CONSUMER_GROUP_CODE,
+    DELETE_STREAM_CODE, GET_CONSUMER_OFFSET_CODE, GET_TOPIC_CODE, JOIN_CONSUMER_GROUP_CODE,
+    LEAVE_CONSUMER_GROUP_CODE, LOGIN_REGISTER_CODE, LOGIN_REGISTER_WITH_PAT_CODE, LOGOUT_USER_CODE,
+    PING_CODE, POLL_MESSAGES_CODE, SEND_MESSAGES_CODE, STORE_CONSUMER_OFFSET_CODE,
+    SYNC_CONSUMER_GROUP_CODE,
 };
 use iggy_binary_protocol::consensus::{result_code, result_section_len};
 use iggy_binary_protocol::requests::consumer_groups::{
-    CreateConsumerGroupRequest, JoinConsumerGroupRequest, LeaveConsumerGroupRequest,
-    SyncConsumerGroupRequest,
+    CreateConsumerGroupRequest, DeleteConsumerGroupRequest, JoinConsumerGroupRequest,
+    LeaveConsumerGroupRequest, SyncConsumerGroupRequest,
 };
 use iggy_binary_protocol::requests::consumer_offsets::{
     GetConsumerOffsetRequest, StoreConsumerOffsetRequest,
@@ -458,6 +459,26 @@ impl IggyAdmin {
         self.request(
             "create_consumer_group",
             CREATE_CONSUMER_GROUP_CODE,
+            &body.to_bytes(),
+        )
+        .map(|_| ())
+    }
+
+    /// Deletes a consumer group (code 603), its members and its stored offsets.
+    pub fn delete_consumer_group(
+        &mut self,
+        stream: &str,
+        topic: &str,
+        group: &str,
+    ) -> Result<(), HarnessError> {
+        let body = DeleteConsumerGroupRequest {
+            stream_id: ident(stream)?,
+            topic_id: ident(topic)?,
+            group_id: ident(group)?,
+        };
+        self.request(
+            "delete_consumer_group",
+            DELETE_CONSUMER_GROUP_CODE,
             &body.to_bytes(),
         )
         .map(|_| ())
