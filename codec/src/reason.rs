@@ -129,6 +129,13 @@ impl ReasonCode {
         }
     }
 
+    /// Whether a code the decoder took is outside the list `packet` may carry: a failure
+    /// code in PUBACK or PUBREC that the specification does not list there (a broker off the
+    /// specification, taken as the message's refusal).
+    pub fn off_list(self, packet: PacketType, protocol: Protocol) -> bool {
+        !self.allowed_in(packet, protocol)
+    }
+
     /// Whether `packet` may carry this code on a `protocol` connection.
     pub fn allowed_in(self, packet: PacketType, protocol: Protocol) -> bool {
         let set: &[u8] = match (protocol, packet) {

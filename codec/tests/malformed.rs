@@ -8,7 +8,7 @@
 use bytes::{Bytes, BytesMut};
 use spillway_codec::{
     DecodeError, DecodeOptions, Decoded, EncodeOptions, MqttStr, Packet, PacketType, Protocol,
-    Publish, QoS, decode, decode_bytes,
+    Publish, QoS, ReasonCode, decode, decode_bytes,
 };
 
 const V3: Protocol = Protocol::V311;
@@ -733,8 +733,7 @@ fn reason_code_not_allowed_in_the_packet() {
     // one; 0x10 is a PUBACK/PUBREC code, not a PUBREL one.
     let cases: &[(u8, PacketType, u8)] = &[
         (0x40, PacketType::PubAck, 0x04),
-        (0x40, PacketType::PubAck, 0x92),
-        (0x50, PacketType::PubRec, 0x92),
+        (0x50, PacketType::PubRec, 0x18),
         (0x62, PacketType::PubRel, 0x10),
         (0x62, PacketType::PubRel, 0x80),
         (0x70, PacketType::PubComp, 0x87),
@@ -792,6 +791,26 @@ fn reason_code_not_allowed_in_the_packet() {
             code: 0x87
         }
     );
+}
+
+#[test]
+fn an_off_list_failure_code_in_puback_or_pubrec_is_taken_as_a_refusal() {
+    // mosquitto 2.0.11 answers a PUBLISH over its message_size_limit with PUBACK 0x95 (Packet
+    // too large), which MQTT 5 §3.4.2.1 does not list for PUBACK. A failure code is taken for
+    // what it says; a success code outside the list stays a malformed packet.
+    for (first, packet) in [(0x40, PacketType::PubAck), (0x50, PacketType::PubRec)] {
+        for code in [0x95u8, 0x92, 0x81, 0xFF] {
+            let p = ok(V5, &[first, 3, 0, 1, code]);
+            let ack = match p {
+                Packet::PubAck(a) | Packet::PubRec(a) => a,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(ack.reason, ReasonCode(code), "{packet} {code:#04x}");
+            assert!(ack.reason.is_error());
+            assert!(ack.reason.off_list(packet, Protocol::V5));
+        }
+    }
+    assert!(!ReasonCode::QUOTA_EXCEEDED.off_list(PacketType::PubAck, Protocol::V5));
 }
 
 // ---------------------------------------------------------------------------------------------

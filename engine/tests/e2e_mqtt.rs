@@ -1093,6 +1093,106 @@ fn acl_rejection_with_on_error_dead_letter_publishes_the_message_with_the_reason
 
 /// Render failures. Sink A routes by the `mqtt_topic` header, else by the template `{json.t}`;
 /// sink B by the template `okb/{header.dev}`. Message n: what A and B make of it.
+/// mosquitto 2.0.11 with `message_size_limit` answers an oversized MQTT 5 QoS 1 PUBLISH
+/// with PUBACK 0x95 (Packet too large), a code MQTT 5 does not list for PUBACK. It is taken
+/// as that message's refusal: to `on_error`, the connection kept, nothing re-sent. (Before,
+/// the decoder refused the PUBACK as malformed and the sink reconnected and re-sent everything
+/// unconfirmed, about 20 copies of each later message in 15 s, `on_error` never reached.)
+#[test]
+fn an_oversized_message_refused_with_puback_0x95_goes_to_on_error_and_keeps_the_connection() {
+    const COUNT: u64 = 12;
+    const BIG: u64 = 4;
+    for policy in ["skip", "fail"] {
+        let broker =
+            Mosquitto::start(MosquittoOpts::new().config_line("message_size_limit 2000")).unwrap();
+        let iggy = iggy();
+        let t = topic(&iggy, &format!("size-limit-{policy}"), 1);
+        let mut admin = iggy.admin().unwrap();
+        let messages: Vec<TestMessage> = (0..COUNT)
+            .map(|n| {
+                let body = if n == BIG {
+                    "x".repeat(5_000)
+                } else {
+                    format!("small-{n}")
+                };
+                TestMessage::new(u128::from(n) + 1, body.into_bytes())
+            })
+            .collect();
+        send_all(&mut admin, &t, 0, &messages);
+        let sub = Subscriber::connect(broker.addr(), SubscriberOpts::v5("size/#").qos(1)).unwrap();
+        let sink = format!("size-limit-{policy}");
+        let cfg = engine_sections(&iggy)
+            + &mqtt_sink(
+                &sink,
+                &t,
+                "partitions = [0]",
+                &format!("on_error = \"{policy}\""),
+                &broker.host_port(),
+                "protocol = \"5\"\nqos = 1\ntopic = \"size/{partition}\"",
+            );
+        let dir = tempfile::tempdir().unwrap();
+        let mut engine = Engine::start(dir.path(), &sink, &cfg);
+        if policy == "skip" {
+            wait_stored(&mut engine, &mut admin, &t, &sink, COUNT - 1, LONG);
+            sub.wait_for(COUNT as usize - 1, SHORT).unwrap();
+            // Time for a storm to show, were there one.
+            std::thread::sleep(Duration::from_secs(2));
+            stop_clean(&mut engine, SHORT * 3);
+        } else {
+            assert_eq!(
+                wait_exit_code(&mut engine, LONG),
+                Some(1),
+                "{}",
+                engine.log()
+            );
+            assert_eq!(
+                stored(&mut admin, &t, &sink, 0),
+                Some(BIG - 1),
+                "everything before the oversized message is committed, nothing from it on\n{}",
+                engine.log()
+            );
+        }
+        let log = engine.log();
+        let got = settled(&sub, Duration::from_millis(300));
+        let mut counts = BTreeMap::new();
+        for r in &got {
+            *counts.entry(text(r)).or_insert(0u32) += 1;
+        }
+        assert!(
+            counts.values().all(|&n| n == 1),
+            "each message delivered once, no re-sends: {counts:?}\n{log}"
+        );
+        let expected: BTreeSet<String> = (0..COUNT)
+            .filter(|&n| n != BIG && (policy == "skip" || n < BIG))
+            .map(|n| format!("small-{n}"))
+            .collect();
+        let delivered: BTreeSet<String> = counts.keys().cloned().collect();
+        if policy == "skip" {
+            assert_eq!(delivered, expected, "{log}");
+        } else {
+            assert!(delivered.is_superset(&expected), "{delivered:?}\n{log}");
+            assert!(!delivered.contains(&"x".repeat(5_000)));
+        }
+        let lower = log.to_lowercase();
+        assert!(
+            !lower.contains("reconnecting"),
+            "the connection is kept\n{log}"
+        );
+        let named = log
+            .lines()
+            .filter(|l| l.contains("0x95") && mentions_offset(&l.to_lowercase(), BIG))
+            .count();
+        assert!(named >= 1, "the refusal names offset {BIG} and 0x95\n{log}");
+        assert_eq!(
+            log.lines()
+                .filter(|l| l.contains("does not list for PUBACK; each such answer"))
+                .count(),
+            1,
+            "the broker's deviation is logged once per connection\n{log}"
+        );
+    }
+}
+
 fn render_messages() -> Vec<TestMessage> {
     let with_t = |n: u64, t: &str| {
         TestMessage::new(

@@ -47,7 +47,13 @@ impl Ack {
             // properties; the property length may be left out when there are none.
             let code = r.u8("reason code")?;
             ack.reason = ReasonCode(code);
-            if !ack.reason.allowed_in(r.packet, protocol) {
+            // A failure code (0x80 or more) outside PUBACK's and PUBREC's lists is taken for
+            // what it says, the message's refusal: stock brokers send some (mosquitto 2.0
+            // answers an oversized PUBLISH with PUBACK 0x95, Packet too large). See
+            // [`ReasonCode::off_list`].
+            let refusal = ack.reason.is_error()
+                && matches!(r.packet, PacketType::PubAck | PacketType::PubRec);
+            if !refusal && !ack.reason.allowed_in(r.packet, protocol) {
                 return Err(DecodeError::InvalidReasonCode {
                     packet: r.packet,
                     code,
@@ -72,7 +78,12 @@ impl Ack {
             } else {
                 0
             };
-        if !self.reason.allowed_in(kind, opts.protocol) {
+        // What the decoder takes it writes: an off-list failure code in PUBACK or PUBREC
+        // (a refusal as some brokers send it) included.
+        let refusal = opts.protocol == Protocol::V5
+            && self.reason.is_error()
+            && matches!(kind, PacketType::PubAck | PacketType::PubRec);
+        if !refusal && !self.reason.allowed_in(kind, opts.protocol) {
             return Err(EncodeError::InvalidReasonCode {
                 packet: kind,
                 code: self.reason.0,

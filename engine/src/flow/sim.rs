@@ -163,7 +163,9 @@ impl World {
             // Give the partition up (fenced in the sink's store): what it holds of it is
             // dropped, and the engine takes it up anew from what the server stored.
             let (slot, p, _) = self.sink.pending[i];
-            self.sink.pending.retain(|&(s, q, _)| !(s == slot && q == p));
+            self.sink
+                .pending
+                .retain(|&(s, q, _)| !(s == slot && q == p));
             let not_before = self
                 .rng
                 .bool()

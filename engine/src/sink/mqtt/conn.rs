@@ -25,8 +25,8 @@ use monoio::io::{AsyncReadRent, AsyncWriteRent, Split, Splitable};
 use monoio::time::timeout;
 use spillway_codec::session::{Event, Sent, Session, SessionConfig, SessionError};
 use spillway_codec::{
-    Connect, DecodeError, Decoded, Disconnect, MqttStr, Outbound, Protocol, Publish, QoS,
-    ReasonCode, Will, decode,
+    Connect, DecodeError, Decoded, Disconnect, MqttStr, Outbound, PacketType, Protocol, Publish,
+    QoS, ReasonCode, Will, decode,
 };
 use spillway_net::IoVecs;
 use tracing::{info, warn};
@@ -190,6 +190,9 @@ pub struct Link {
     pub peak_in_flight: Cell<usize>,
     /// Connections made after the first.
     pub reconnects: Cell<u64>,
+    /// The broker sent an acknowledgement code its packet may not carry on this connection
+    /// (logged once per connection).
+    off_spec: Cell<bool>,
 }
 
 impl std::fmt::Debug for Link {
@@ -228,6 +231,7 @@ impl Link {
             stop: Cell::new(false),
             finished: Cell::new(false),
             peak_in_flight: Cell::new(0),
+            off_spec: Cell::new(false),
             reconnects: Cell::new(0),
         }
     }
@@ -703,6 +707,7 @@ where
         return Ok(Closed::Cleared);
     }
     link.up.set(true);
+    link.off_spec.set(false);
     link.up_since.set(Some(Instant::now()));
     link.tried.set(true);
     queue_birth(ctx, link)?;
@@ -969,16 +974,34 @@ fn process(ctx: &Ctx, link: &Link, buf: &mut BytesMut) -> Result<usize, String> 
                         } else if c.is_success() {
                             run.push(&ctx.acks, c.token.slot, c.token.offset);
                         } else {
-                            let ack = if c.qos == QoS::AtLeastOnce {
-                                "PUBACK"
+                            let (ack, kind) = if c.qos == QoS::AtLeastOnce {
+                                ("PUBACK", PacketType::PubAck)
                             } else {
-                                "PUBREC"
+                                ("PUBREC", PacketType::PubRec)
                             };
                             let mut reason = format!(
                                 "the broker rejected it: {ack} reason {:#04x} ({})",
                                 c.reason.0,
                                 c.reason.name()
                             );
+                            if c.reason.off_list(kind, Protocol::V5) {
+                                reason.push_str(&format!(
+                                    " [a code MQTT 5 does not list for {ack}: the broker is off \
+                                     the specification; taken as this message's refusal]"
+                                ));
+                                if !link.off_spec.replace(true) {
+                                    warn!(
+                                        sink = %ctx.sink,
+                                        conn = link.index,
+                                        "the MQTT broker answered a PUBLISH with {ack} reason \
+                                         {:#04x} ({}), a code MQTT 5 does not list for {ack}; \
+                                         each such answer is taken as that message's refusal \
+                                         (to on_error), the connection is kept",
+                                        c.reason.0,
+                                        c.reason.name()
+                                    );
+                                }
+                            }
                             if let Some(s) = &c.reason_string {
                                 reason.push_str(": ");
                                 reason.push_str(s.as_str());
