@@ -26,6 +26,10 @@ pub struct Confirmed {
     pub bytes: u64,
 }
 
+/// What the tracker keeps per message polled and not confirmed yet: the engine's own memory
+/// per message in flight, counted in the shard's budget for a self-paced sink.
+pub const ENTRY_BYTES: u64 = std::mem::size_of::<Entry>() as u64;
+
 /// The tracker of one partition.
 #[derive(Debug)]
 pub struct Tracker {

@@ -113,6 +113,10 @@ pub struct Flow {
     in_poll: Option<(Slot, Offset)>,
     /// A self-paced sink's bytes, as last added to the budget.
     sink_held: u64,
+    /// A self-paced sink's messages in flight, as last added to the budget: their trackers'
+    /// entries ([`crate::ack::ENTRY_BYTES`] each). Whatever the sink does with what it is
+    /// given, the engine never holds more than the budget allows.
+    tracked: u64,
     rng: fastrand::Rng,
     skip_log: RateLimit,
 }
@@ -159,6 +163,7 @@ impl Flow {
             started: false,
             in_poll: None,
             sink_held: 0,
+            tracked: 0,
             rng,
             skip_log: RateLimit::new(SKIP_LOG_INTERVAL, SKIP_LOG_BURST),
         };
@@ -310,6 +315,7 @@ impl Flow {
             }
         }
         self.refresh_gauge(slot);
+        self.account_tracked();
         if let Some(msg) = fatal {
             if finishing {
                 warn!(sink = %self.cfg.name, "{msg}");
@@ -492,6 +498,7 @@ impl Flow {
             stats.counters.bytes_out += bytes;
         }
         self.refresh_gauge(slot);
+        self.account_tracked();
         count > 0
     }
 
@@ -589,10 +596,31 @@ impl Flow {
         Action::Stop(result)
     }
 
+    /// For a self-paced sink: the entries of the messages in flight count in the budget.
+    fn account_tracked(&mut self) {
+        if self.cfg.pacing != Pacing::SinkBuffered {
+            return;
+        }
+        let messages: u64 = self
+            .parts
+            .iter()
+            .flatten()
+            .map(|p| p.tracker.unconfirmed())
+            .sum();
+        let now = messages * crate::ack::ENTRY_BYTES;
+        if now != self.tracked {
+            self.budget.sub(self.tracked);
+            self.budget.add(now);
+            self.tracked = now;
+        }
+    }
+
     /// What this runner holds leaves the shard's budget with it.
     fn release_budget(&mut self) {
         self.budget.sub(self.sink_held);
         self.sink_held = 0;
+        self.budget.sub(self.tracked);
+        self.tracked = 0;
         if self.cfg.pacing == Pacing::Windows {
             let held: u64 = self
                 .parts
@@ -647,6 +675,7 @@ impl Flow {
             }
             let (id, owned) = (p.id, p.owned);
             self.parts[slot] = None;
+            self.account_tracked();
             if let Some(g) = self.stats.borrow_mut().partitions.get_mut(slot) {
                 *g = None;
             }

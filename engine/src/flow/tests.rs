@@ -156,14 +156,51 @@ fn a_self_paced_sink_is_paced_by_the_bytes_it_reports() {
     cfg.pacing = Pacing::SinkBuffered;
     let mut flow = Flow::new(cfg, Rc::clone(&budget), t0);
     let poll = settle(&mut flow, t0);
-    // Polled bytes do not count: the sink's own figure does.
+    // Polled bytes do not count: the sink's own figure does, and the engine's entries of the
+    // messages in flight.
     answer_poll(&mut flow, t0, &poll, 10, 500);
-    assert_eq!(budget.held(), 0);
+    let entries = 10 * crate::ack::ENTRY_BYTES;
+    assert_eq!(budget.held(), entries);
     flow.handle_sink_buffered(1_200);
     assert!(matches!(settle(&mut flow, t0), Action::Wait { .. }));
     flow.handle_sink_buffered(300);
-    assert_eq!(budget.held(), 300);
+    assert_eq!(budget.held(), 300 + entries);
     assert!(matches!(settle(&mut flow, t0), Action::Poll { .. }));
+}
+
+#[test]
+fn a_self_paced_sink_that_holds_nothing_cannot_make_the_engine_poll_without_end() {
+    // A sink that reports no bytes and confirms nothing (it dropped what it was given): the
+    // messages in flight fill the budget by their tracker entries and polling stops; a
+    // confirmation gives the room back.
+    let t0 = Instant::now();
+    let budget = Budget::new(100 * crate::ack::ENTRY_BYTES);
+    let mut cfg = config(iggy(&[1], false));
+    cfg.pacing = Pacing::SinkBuffered;
+    let mut flow = Flow::new(cfg, Rc::clone(&budget), t0);
+    let mut polled = 0;
+    for _ in 0..1_000 {
+        match settle(&mut flow, t0) {
+            a @ Action::Poll { .. } => polled += answer_poll(&mut flow, t0, &a, 10, 1),
+            Action::Wait { .. } => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!((100..=110).contains(&polled), "polled {polled}");
+    let slot = flow.slot(PartitionId(1)).unwrap();
+    flow.handle_sink_event(t0, confirm(slot, 0, 49));
+    assert!(matches!(settle(&mut flow, t0), Action::Poll { .. }));
+    // Stopping gives everything back.
+    flow.handle_mode(t0, Mode::Stop);
+    for _ in 0..20 {
+        if flow.is_done() {
+            break;
+        }
+        if let Action::Store { slot, offset, .. } = flow.poll_action(t0) {
+            flow.handle_stored(t0, slot, offset);
+        }
+    }
+    assert_eq!(budget.held(), 0);
 }
 
 #[test]

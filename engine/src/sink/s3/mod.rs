@@ -339,7 +339,16 @@ impl Sink for S3Sink {
         self.writer(&info)?;
         for m in &batch.messages {
             if !self.write_message(slot, m).await {
-                // An object failed: the rest of the batch is polled again.
+                // Not written: an object failed, or the writer waits for the objects before a
+                // failed one to settle (its task asks for the partition again from the
+                // watermark). The rest of the batch is delivered again, and the partition
+                // rests meanwhile: a source that answers at once (`generate`) would otherwise
+                // be polled on and on, every message held unconfirmed by the engine.
+                let wait = self.parts[slot]
+                    .as_ref()
+                    .map_or(self.cfg.retry_min.0, |w| w.shared.backoff.get());
+                self.acks
+                    .redeliver_at(slot, m.offset, Instant::now() + wait);
                 return Ok(());
             }
         }
