@@ -376,6 +376,12 @@ impl<T> Session<T> {
         self.retain_available
     }
 
+    /// The largest packet the broker takes (CONNACK Maximum Packet Size; the protocol's
+    /// limit when it names none, and on MQTT 3.1.1).
+    pub fn broker_maximum_packet_size(&self) -> u32 {
+        self.encode.max_packet_size
+    }
+
     /// The current window: `min(configured, broker Receive Maximum)`.
     pub fn window_limit(&self) -> usize {
         self.limit

@@ -906,9 +906,13 @@ const MIN_ACK_BYTES: usize = 4;
 /// would be rejected on its own and, under `on_error = "skip"`, committed undelivered. A limit
 /// only some messages break (a QoS or retain header) goes to `on_error` per message.
 fn refuse_unsendable(cfg: &MqttSinkConfig, link: &Link) -> Result<(), ConnectError> {
-    let (maximum_qos, retain_available) = {
+    let (maximum_qos, retain_available, maximum_packet) = {
         let s = link.session.borrow();
-        (s.broker_maximum_qos(), s.broker_retain_available())
+        (
+            s.broker_maximum_qos(),
+            s.broker_retain_available(),
+            s.broker_maximum_packet_size(),
+        )
     };
     let refuse = |why: String| ConnectError {
         fatal: true,
@@ -924,6 +928,14 @@ fn refuse_unsendable(cfg: &MqttSinkConfig, link: &Link) -> Result<(), ConnectErr
             maximum_qos as u8, cfg.qos, cfg.qos
         )));
     }
+    let smallest = smallest_publish(cfg);
+    if (maximum_packet as usize) < smallest {
+        return Err(refuse(format!(
+            "CONNACK Maximum Packet Size is {maximum_packet} bytes, below the smallest PUBLISH \
+             this sink can send ({smallest} bytes: header, topic and packet id, no payload); \
+             raise the broker's limit"
+        )));
+    }
     if cfg.retain && cfg.retain_header.is_none() && !retain_available {
         return Err(refuse(
             "CONNACK Retain Available is 0 (the broker takes no retained messages), but \
@@ -932,6 +944,23 @@ fn refuse_unsendable(cfg: &MqttSinkConfig, link: &Link) -> Result<(), ConnectErr
         ));
     }
     Ok(())
+}
+
+/// The fewest bytes a PUBLISH of this sink takes on the wire: the fixed header (2), the topic
+/// (its length and bytes: the static topic, else at least one byte), the packet id when every
+/// message goes at QoS 1 or 2, the MQTT 5 property length (1), an empty payload.
+fn smallest_publish(cfg: &MqttSinkConfig) -> usize {
+    let topic = match (&cfg.topic, &cfg.topic_header) {
+        (Some(t), None) if t.is_static() => t.literal().len(),
+        _ => 1,
+    };
+    let packet_id = if cfg.qos_header.is_none() && cfg.qos > 0 {
+        2
+    } else {
+        0
+    };
+    let properties = usize::from(cfg.protocol == MqttVersion::V5);
+    2 + 2 + topic + packet_id + properties
 }
 
 /// What a packet from the broker that does not decode is called in the log.
