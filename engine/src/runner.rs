@@ -156,7 +156,13 @@ pub struct Runner {
     scratch: Vec<Message>,
     stream_name: Rc<str>,
     topic_name: Rc<str>,
+    /// When the source's requests end once the shard was told to stop.
+    stop_cap: Option<Instant>,
 }
+
+/// How long a request to the source may take once the shard was told to stop (the control
+/// thread waits 2 s for a stopping shard).
+const STOP_REQUEST: Duration = Duration::from_millis(1_200);
 
 impl std::fmt::Debug for Runner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -310,6 +316,7 @@ impl Runner {
             scratch: Vec::new(),
             stream_name,
             topic_name,
+            stop_cap: None,
         };
         Ok((runner, stats))
     }
@@ -336,6 +343,7 @@ impl Runner {
             self.take_reports(now);
             self.flow.handle_sink_status(self.sink.status());
             let action = self.flow.poll_action(now);
+            self.cap_requests(now);
             match action {
                 Action::Stop(result) => break result,
                 Action::Wait { until } => {
@@ -603,6 +611,25 @@ impl Runner {
             sink_done: None,
             head,
         })
+    }
+
+    /// Bounds the source's requests by the shard's mode: a drain's deadline, a stop's
+    /// [`STOP_REQUEST`] (the control thread gives a stopping shard 2 s in all); running, by
+    /// `request_timeout` alone. A server that keeps refusing (an offset store answered with a
+    /// transient refusal, retried) cannot hold the shard past its shutdown.
+    fn cap_requests(&mut self, now: Instant) {
+        let Source::Iggy(src) = &mut self.source else {
+            return;
+        };
+        let Some(client) = src.client.as_mut() else {
+            return;
+        };
+        let cap = match self.shard.mode.get() {
+            Mode::Run => None,
+            Mode::Drain(deadline) => Some(deadline),
+            Mode::Stop => Some(*self.stop_cap.get_or_insert(now + STOP_REQUEST)),
+        };
+        client.cap_requests(cap);
     }
 
     async fn store(&mut self, slot: Slot, partition: PartitionId, offset: Offset) {

@@ -248,3 +248,45 @@ fn a_server_that_does_not_accept_our_protocol_ends_the_engine_with_exit_2_and_sa
     }
     assert!(!log.contains("retrying"), "{log}");
 }
+
+/// A node that refuses every offset store with status 58 (`TransientNotAccepted`): SIGTERM
+/// ends the engine within its `shutdown_timeout`, nothing stored. The STAND-IN: the real server
+/// cannot be made to refuse stores. Before, the store's retry loop ran to `request_timeout`
+/// (10 s) past the drain and the stop's grace: "shards did not stop in time", exit 1 after
+/// 7.5 s.
+#[test]
+fn sigterm_while_the_server_refuses_offset_stores_ends_within_the_shutdown_timeout() {
+    let stand_in = IggyStandIn::start().unwrap();
+    let iggy = IggyServer::StandIn(stand_in);
+    let t = topic(&iggy, "refused-stores", 1);
+    let mut admin = iggy.admin().unwrap();
+    send(&mut admin, &t, 0, "m", 0, 20);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let cfg = config(&iggy, &t, "partitions = [0]", &out, "", "")
+        .replace("shutdown_timeout = \"5s\"", "shutdown_timeout = \"2s\"");
+    iggy.stand_in().unwrap().refuse_stores(true);
+    let mut engine = Engine::start(dir.path(), "refused", &cfg);
+    wait_until("20 lines written", LONG, || lines(&out).len() >= 20);
+    let asked = Instant::now();
+    engine.signal("TERM");
+    let status = engine.wait(Duration::from_secs(30)).expect("exits");
+    let took = asked.elapsed();
+    let log = engine.log();
+    assert!(
+        took < Duration::from_millis(4_500),
+        "SIGTERM took {took:?} with shutdown_timeout 2s\n{log}"
+    );
+    assert!(
+        !log.contains("did not stop in time"),
+        "the shard stopped by itself\n{log}"
+    );
+    // The drain ended in time; the offsets it could not store are delivered again by the
+    // next run (at least once), and the log says why.
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(
+        log.contains("TransientNotAccepted"),
+        "the refusal is named\n{log}"
+    );
+    assert_eq!(stored(&mut admin, &t, "file-out", 0), None);
+}

@@ -143,6 +143,11 @@ impl IggyClient {
         self.last_request
     }
 
+    /// Bounds every request by `until` as well (see [`Connection::cap_requests`]).
+    pub fn cap_requests(&mut self, until: Option<Instant>) {
+        self.conn.cap_requests(until);
+    }
+
     /// This connection's client id (its consumer-group member id).
     pub fn client_id(&self) -> u128 {
         self.conn.client_id()

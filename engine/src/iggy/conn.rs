@@ -3,7 +3,7 @@
 
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use monoio::net::TcpStream;
@@ -55,6 +55,9 @@ pub struct Connection {
     read: BytesMut,
     write: BytesMut,
     request_timeout: Duration,
+    /// No request runs past this (a drain's deadline, a stop's grace), whatever
+    /// `request_timeout` allows.
+    cap: Option<Instant>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -101,7 +104,14 @@ impl Connection {
             read: BytesMut::with_capacity(MIN_READ),
             write: BytesMut::with_capacity(4096),
             request_timeout: endpoint.request_timeout,
+            cap: None,
         })
+    }
+
+    /// Bounds every request from now on by `until` as well (`None`: by `request_timeout`
+    /// alone): a drain or a stop must not wait for the server longer than it has.
+    pub fn cap_requests(&mut self, until: Option<Instant>) {
+        self.cap = until;
     }
 
     /// The request numbering (client id, session).
@@ -126,18 +136,29 @@ impl Connection {
         self.write.clear();
         self.state.encode(code, body, &mut self.write)?;
         let out = self.write.split().freeze();
-        let deadline = std::time::Instant::now() + self.request_timeout;
+        let full = Instant::now() + self.request_timeout;
+        let deadline = self.cap.map_or(full, |cap| cap.min(full));
+        let capped = deadline < full;
+        let what = |full: &'static str| {
+            if capped {
+                "a request cut at the shutdown deadline"
+            } else {
+                full
+            }
+        };
         loop {
-            timeout(self.request_timeout, self.write_all(out.clone()))
+            let left = deadline.saturating_duration_since(Instant::now());
+            timeout(left, self.write_all(out.clone()))
                 .await
-                .map_err(|_| IggyError::Timeout("the request write"))??;
-            let frame = timeout(self.request_timeout, self.read_frame())
+                .map_err(|_| IggyError::Timeout(what("the request write")))??;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let frame = timeout(left, self.read_frame())
                 .await
-                .map_err(|_| IggyError::Timeout("a request"))??;
+                .map_err(|_| IggyError::Timeout(what("a request")))??;
             match self.state.reply_body(&frame) {
                 Err(IggyError::Status { code: status })
                     if status.is_transient_refusal()
-                        && std::time::Instant::now() + TRANSIENT_RETRY < deadline =>
+                        && Instant::now() + TRANSIENT_RETRY < deadline =>
                 {
                     tracing::debug!(
                         code,

@@ -495,6 +495,9 @@ fn partition_op(
         Operation::SendMessages => send_messages(state, body),
         Operation::StoreConsumerOffset => {
             state.stored_offset_requests += 1;
+            if state.refuse_stores {
+                return wire::deny(header, commit, codes::TRANSIENT_NOT_ACCEPTED);
+            }
             store_offset(state, binding, body).map(|()| None)
         }
         Operation::DeleteConsumerOffset => delete_offset(state, binding, body).map(|()| None),

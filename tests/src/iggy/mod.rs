@@ -291,6 +291,12 @@ impl IggyStandIn {
         self.server.refuse_transiently(count);
     }
 
+    /// From now on (`on`), answers every offset store with status 58 `TransientNotAccepted`,
+    /// as a node that admits no requests does (the real server cannot be made to do this).
+    pub fn refuse_stores(&self, on: bool) {
+        self.server.refuse_stores(on);
+    }
+
     /// How many of the refusals asked for by [`IggyStandIn::refuse_transiently`] are left.
     pub fn transient_refusals_left(&self) -> u32 {
         self.server.transient_refusals_left()

@@ -118,6 +118,10 @@ impl Server {
         lock(&self.shared.state).transient_refusals = count;
     }
 
+    pub(crate) fn refuse_stores(&self, on: bool) {
+        lock(&self.shared.state).refuse_stores = on;
+    }
+
     pub(crate) fn transient_refusals_left(&self) -> u32 {
         lock(&self.shared.state).transient_refusals
     }

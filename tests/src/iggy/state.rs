@@ -487,6 +487,9 @@ pub(crate) struct State {
     pub(crate) logins: u64,
     /// How many of the next new metadata changes to answer with result 57.
     pub(crate) transient_refusals: u32,
+    /// Answer every offset store with status 58 (`TransientNotAccepted`), as a node that does
+    /// not admit requests (a replica out of its cluster) does.
+    pub(crate) refuse_stores: bool,
     /// The protocol window `(min, max)` accepted at login; `None`: the crate's own.
     pub(crate) protocol_window: Option<(u32, u32)>,
 }
@@ -508,6 +511,7 @@ impl State {
             poll_requests: 0,
             logins: 0,
             transient_refusals: 0,
+            refuse_stores: false,
             protocol_window: None,
         }
     }
