@@ -62,6 +62,22 @@ impl RateLimit {
     }
 }
 
+/// How per-message lines of one kind are rate-limited (skipped messages, dead letters): a few
+/// each interval, then a count.
+pub const PER_MESSAGE_INTERVAL: Duration = Duration::from_secs(1);
+/// How many per-message lines of one kind each interval logs one by one.
+pub const PER_MESSAGE_BURST: u32 = 5;
+
+/// A rate-limited per-message log line: `None` when this one is only counted, else the text
+/// to append (empty, or how many went unnamed since the last line).
+pub fn per_message(limit: &std::cell::RefCell<RateLimit>, now: Instant) -> Option<String> {
+    let mut limit = limit.borrow_mut();
+    let more = limit
+        .due(now, false)
+        .map(|n| format!(" ({n} more since the last line)"));
+    limit.admit(now).then(|| more.unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,6 +24,13 @@ impl fmt::Display for Dur {
     }
 }
 
+/// A backoff's wait: between half of `backoff` and all of it (`r` in `0..1`, a random draw),
+/// so the wait never passes the limit the backoff is capped at (a `reconnect_max` or
+/// `retry_max` is the longest a user waits, not two thirds of it).
+pub fn jittered(backoff: Duration, r: f64) -> Duration {
+    backoff.mul_f64(0.5 + 0.5 * r.clamp(0.0, 1.0))
+}
+
 /// A duration for a log line: whole milliseconds below 10 s (`137ms`), tenths of a second
 /// above (`12.4s`), and never the nanoseconds a jittered wait has (`137.293847ms`).
 #[derive(Debug, Clone, Copy)]

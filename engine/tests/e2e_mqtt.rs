@@ -1400,6 +1400,67 @@ fn a_flood_of_skipped_messages_is_logged_a_few_lines_a_second_with_the_count() {
     );
 }
 
+/// `dead_letter` and `fail` log per-message lines a few a second like `skip`: before, 5,001
+/// lines for 5,000 dead letters, and under `fail` one per remaining message of the batch.
+#[test]
+fn dead_letters_and_a_failing_batch_are_logged_a_few_lines_with_the_count() {
+    for policy in ["dead_letter", "fail"] {
+        let broker = Mosquitto::start_default().unwrap();
+        let iggy = iggy();
+        let t = topic(&iggy, &format!("flood-{policy}"), 1);
+        let mut admin = iggy.admin().unwrap();
+        let n = 2_000u64;
+        let batch: Vec<TestMessage> = (0..n)
+            .map(|i| TestMessage::new(u128::from(i) + 1, format!("{i}").into_bytes()))
+            .collect();
+        send_all(&mut admin, &t, 0, &batch);
+        let sink = format!("flood-{}", policy.replace('_', "-"));
+        let cfg = engine_sections(&iggy)
+            + &mqtt_sink(
+                &sink,
+                &t,
+                "partitions = [0]\nbatch_size = 1000",
+                &format!("on_error = \"{policy}\""),
+                &broker.host_port(),
+                &format!(
+                    "protocol = \"5\"\nqos = 1\ntopic = \"okb/{{header.dev}}\"\n{}",
+                    dead_letter_line(policy, "dlq/flood")
+                ),
+            );
+        let dir = tempfile::tempdir().unwrap();
+        let mut engine = Engine::start(dir.path(), &sink, &cfg);
+        if policy == "fail" {
+            assert_eq!(
+                wait_exit_code(&mut engine, LONG),
+                Some(1),
+                "{}",
+                engine.log()
+            );
+        } else {
+            wait_stored(&mut engine, &mut admin, &t, &sink, n - 1, LONG);
+            stop_clean(&mut engine, SHORT * 3);
+        }
+        let log = engine.log();
+        let warned = log
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .count();
+        assert!(
+            warned < 100,
+            "{policy}: {warned} WARN/ERROR lines for {n} rejected messages\n{}",
+            tail(&log, 20)
+        );
+        if policy == "dead_letter" {
+            assert!(
+                log.contains("more since the last line")
+                    || log.contains("more rejected messages went to the dead-letter topic"),
+                "the unnamed dead letters are counted\n{}",
+                tail(&log, 20)
+            );
+        }
+    }
+}
+
 #[test]
 fn unroutable_messages_go_to_the_dead_letter_topic_as_json_on_mqtt_3_1_1() {
     let broker = Mosquitto::start_default().unwrap();

@@ -55,8 +55,7 @@ impl Flow {
         let Some(plan) = self.link.plan.as_ref() else {
             return;
         };
-        let jitter = 0.5 + self.rng.f64();
-        let wait = self.link.backoff.mul_f64(jitter);
+        let wait = crate::units::jittered(self.link.backoff, self.rng.f64());
         self.link.backoff = (self.link.backoff * 2).min(plan.reconnect_max);
         self.link.state = LinkState::Down { at: now + wait };
         self.stats.borrow_mut().counters.reconnects += 1;

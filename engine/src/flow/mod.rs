@@ -43,7 +43,7 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use action::{Action, Opened};
 pub use config::{Budget, FlowConfig, IggyPlan, Pacing, SourcePlan};
@@ -117,6 +117,8 @@ pub struct Flow {
     /// entries ([`crate::ack::ENTRY_BYTES`] each). Whatever the sink does with what it is
     /// given, the engine never holds more than the budget allows.
     tracked: u64,
+    /// Messages rejected under `on_error = "fail"` after the first one ended the run.
+    rejected_after_end: u64,
     rng: fastrand::Rng,
     skip_log: RateLimit,
 }
@@ -164,6 +166,7 @@ impl Flow {
             in_poll: None,
             sink_held: 0,
             tracked: 0,
+            rejected_after_end: 0,
             rng,
             skip_log: RateLimit::new(SKIP_LOG_INTERVAL, SKIP_LOG_BURST),
         };
@@ -318,7 +321,10 @@ impl Flow {
         self.account_tracked();
         if let Some(msg) = fatal {
             if finishing {
-                warn!(sink = %self.cfg.name, "{msg}");
+                // The run ends with the first: the rest of its batch is rejected as well, and
+                // only counted (one line per message was the batch's size in lines).
+                self.rejected_after_end += 1;
+                debug!(sink = %self.cfg.name, "{msg}");
             } else {
                 self.finish(Err(self.fail_with(msg, ErrorClass::Permanent)));
             }
@@ -592,6 +598,14 @@ impl Flow {
             return Action::Wait { until: now };
         };
         self.release_budget();
+        if self.rejected_after_end > 0 {
+            warn!(
+                sink = %self.cfg.name,
+                "{} more messages were rejected after the first ended the run (logged at debug \
+                 level); none of them is committed",
+                self.rejected_after_end
+            );
+        }
         // An error is the runner's result: the control thread logs it, once.
         Action::Stop(result)
     }

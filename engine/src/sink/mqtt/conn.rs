@@ -94,6 +94,8 @@ pub struct Ctx {
     )>,
     /// A failure that stops the sink.
     pub fatal: RefCell<Option<String>>,
+    /// The per-message lines of dead letters (a few a second, then a count).
+    pub dead_letter_log: RefCell<crate::ratelog::RateLimit>,
 }
 
 impl std::fmt::Debug for Ctx {
@@ -134,12 +136,14 @@ impl Ctx {
         if self.policy == ErrorPolicy::DeadLetter
             && let (Some(topic), Some(kept)) = (&self.dead_letter_topic, token.kept)
         {
-            warn!(
-                sink = %self.sink,
-                partition = kept.partition.partition,
-                offset = token.offset,
-                "sending a rejected message to the dead-letter topic: {reason}"
-            );
+            if let Some(more) = crate::ratelog::per_message(&self.dead_letter_log, Instant::now()) {
+                warn!(
+                    sink = %self.sink,
+                    partition = kept.partition.partition,
+                    offset = token.offset,
+                    "sending a rejected message to the dead-letter topic: {reason}{more}"
+                );
+            }
             let publish = self.shaper.borrow().dead_letter(
                 topic,
                 &kept.partition,
@@ -376,7 +380,7 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
             // Draining and nothing left to send: no reason to come back.
             break;
         }
-        let wait = backoff.mul_f64(0.5 + fastrand::f64());
+        let wait = crate::units::jittered(backoff, fastrand::f64());
         backoff = (backoff * 2).min(cfg.reconnect_max.0);
         let until = Instant::now() + wait;
         while !link.stop.get() && Instant::now() < until {

@@ -102,6 +102,10 @@ impl MqttSink {
                 shaper: Rc::new(RefCell::new(shaper)),
                 tls,
                 fatal: RefCell::new(None),
+                dead_letter_log: RefCell::new(crate::ratelog::RateLimit::new(
+                    crate::ratelog::PER_MESSAGE_INTERVAL,
+                    crate::ratelog::PER_MESSAGE_BURST,
+                )),
                 cfg,
             }),
             links,
@@ -210,6 +214,18 @@ impl Sink for MqttSink {
     }
 
     async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError> {
+        if let Some(n) = self
+            .ctx
+            .dead_letter_log
+            .borrow_mut()
+            .due(Instant::now(), true)
+        {
+            warn!(
+                sink = %self.ctx.sink,
+                "{n} more rejected messages went to the dead-letter topic without a line of \
+                 their own (a few a second are logged one by one)"
+            );
+        }
         for l in &self.links {
             l.closing.set(true);
             l.wake();

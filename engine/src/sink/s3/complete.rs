@@ -77,7 +77,7 @@ impl Finisher {
             return;
         }
         let backoff = shared.backoff.get();
-        let wait = backoff.mul_f64(0.5 + fastrand::f64());
+        let wait = crate::units::jittered(backoff, fastrand::f64());
         shared.backoff.set((backoff * 2).min(self.retry_max));
         warn!(
             sink = %self.sink,

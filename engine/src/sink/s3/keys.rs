@@ -114,12 +114,14 @@ impl S3Sink {
         body.extend_from_slice(b",\"record\":");
         body.extend_from_slice(record.strip_suffix(b"\n").unwrap_or(&record));
         body.extend_from_slice(b"}\n");
-        warn!(
-            sink = %self.name,
-            partition = w.info.partition,
-            offset = m.offset,
-            "writing a rejected message to the dead-letter object {key}: {reason}"
-        );
+        if let Some(more) = crate::ratelog::per_message(&self.dead_letter_log, Instant::now()) {
+            warn!(
+                sink = %self.name,
+                partition = w.info.partition,
+                offset = m.offset,
+                "writing a rejected message to the dead-letter object {key}: {reason}{more}"
+            );
+        }
         let generation = {
             let mut ledger = w.shared.ledger.borrow_mut();
             ledger.unsettled.insert(m.offset);

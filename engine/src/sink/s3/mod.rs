@@ -120,6 +120,8 @@ pub struct S3Sink {
     gave_up: std::collections::HashSet<usize>,
     /// When the batch being delivered came (the lanes' idle clock).
     batch_at: Instant,
+    /// The per-message lines of dead letters (a few a second, then a count).
+    dead_letter_log: RefCell<crate::ratelog::RateLimit>,
 }
 
 impl std::fmt::Debug for S3Sink {
@@ -405,6 +407,13 @@ impl Sink for S3Sink {
     }
 
     async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError> {
+        if let Some(n) = self.dead_letter_log.borrow_mut().due(Instant::now(), true) {
+            warn!(
+                sink = %self.name,
+                "{n} more rejected messages went to dead-letter objects without a line of their \
+                 own (a few a second are logged one by one)"
+            );
+        }
         self.check_fatal()?;
         for slot in 0..self.parts.len() {
             let lanes = self.parts[slot].as_ref().map_or(0, |w| w.lanes.len());

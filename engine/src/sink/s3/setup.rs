@@ -193,6 +193,10 @@ impl S3Sink {
             owner: marker::owner_id(shard),
             gave_up: Default::default(),
             batch_at: Instant::now(),
+            dead_letter_log: RefCell::new(crate::ratelog::RateLimit::new(
+                crate::ratelog::PER_MESSAGE_INTERVAL,
+                crate::ratelog::PER_MESSAGE_BURST,
+            )),
             cfg,
         })
     }
