@@ -6,6 +6,7 @@
 #     ../shared/iggy/, which the tests and the bench start
 #   - prometheus (Debian package): the dashboard test runs every panel's query against a
 #     Prometheus that scrapes a live engine
+#   - faketime (Debian package): libfaketime, so a test runs the engine with its clock 2 h ahead
 #   - linux-perf (Debian package): `perf`, for the flame graphs of the bench's s3-sink scenario
 #     (the bench smoke run draws them; without perf it says so and goes on)
 #   - the nightly toolchain and cargo-fuzz 0.13.2 (cargo): the fuzz targets the tests build and run
@@ -17,6 +18,7 @@ need_apt=()
 command -v mosquitto >/dev/null 2>&1 || need_apt+=(mosquitto)
 command -v mosquitto_sub >/dev/null 2>&1 || need_apt+=(mosquitto-clients)
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v faketime >/dev/null 2>&1 || need_apt+=(faketime)
 for pkg in libhwloc15 libudev1 linux-perf; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done

@@ -995,3 +995,85 @@ fn the_progress_line_shows_the_uploads_of_a_drain() {
     );
     assert_eq!(common::stored(&mut admin, &t, "drain", 0), Some(11_999));
 }
+
+/// libfaketime (Debian's `faketime`), preloaded into the engine: its wall clock is offset as
+/// the file says (read at every call), its monotonic clock untouched.
+const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+fn faketime_env(file: &Path) -> Vec<(&'static str, String)> {
+    vec![
+        ("LD_PRELOAD", FAKETIME_LIB.to_owned()),
+        ("FAKETIME_TIMESTAMP_FILE", file.display().to_string()),
+        ("FAKETIME_NO_CACHE", "1".to_owned()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
+    ]
+}
+
+/// The engine's clock 2 h ahead of s3s-fs's (which refuses requests signed more than 15 min
+/// off): at start, in `check --connect` and mid-run the error names the skew. Before, the
+/// start-up HeadBucket's bodiless 403 read "access to the bucket denied: wrong secret key
+/// (SignatureDoesNotMatch), unknown access key id (InvalidAccessKeyId), or missing
+/// permission".
+#[test]
+fn a_clock_two_hours_ahead_of_the_store_is_named_at_start_in_check_and_mid_run() {
+    assert!(
+        Path::new(FAKETIME_LIB).exists(),
+        "libfaketime is missing: run scripts/setup.sh (Debian package faketime)"
+    );
+    let s3 = S3Server::start().unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3skew", 1);
+    send(&mut admin, &t, 0, "x", 0, 10);
+    let cfg = engine_sections(&iggy) + &s3_sink("skew", &t, &s3, "idle_flush = \"200ms\"");
+    let dir = tempfile::tempdir().unwrap();
+    let clock = dir.path().join("faketime");
+    let env = faketime_env(&clock);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let named = "ahead of the store's";
+
+    // At start.
+    std::fs::write(&clock, "+2h").unwrap();
+    let mut engine = Engine::start_with_env(dir.path(), "skew-start", &cfg, &env);
+    assert_ne!(wait_exit_code(&mut engine, LONG), Some(0));
+    let log = engine.log();
+    assert!(log.contains(named), "the skew is named at start\n{log}");
+    assert_eq!(common::stored(&mut admin, &t, "skew", 0), None);
+
+    // In check --connect.
+    let path = dir.path().join("check.toml");
+    std::fs::write(&path, &cfg).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["check", "--connect", "--config"])
+        .arg(&path)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains(named),
+        "check --connect names the skew\n{text}"
+    );
+
+    // Mid-run: the clock is right at start, then jumps 2 h ahead.
+    std::fs::write(&clock, "+0").unwrap();
+    let mut engine = Engine::start_with_env(dir.path(), "skew-run", &cfg, &env);
+    wait_stored(&mut engine, &mut admin, &t, "skew", 9, LONG);
+    std::fs::write(&clock, "+2h").unwrap();
+    send(&mut admin, &t, 0, "y", 10, 10);
+    common::wait_until("the skew is named mid-run", LONG, || {
+        engine.log().contains(named)
+    });
+    assert_eq!(
+        common::stored(&mut admin, &t, "skew", 0),
+        Some(9),
+        "nothing past what was written before the jump is committed\n{}",
+        engine.log()
+    );
+    engine.signal("KILL");
+}

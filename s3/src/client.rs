@@ -175,11 +175,12 @@ impl S3Client {
         loop {
             let mut signed = req.clone();
             self.refresh_credentials()?;
+            let signed_at = (self.clock)();
             sign::sign(
                 &mut signed,
                 &self.credentials.borrow(),
                 &self.endpoint.region,
-                (self.clock)(),
+                signed_at,
                 self.payload,
             )?;
             let mut stats = self.stats.get();
@@ -189,15 +190,18 @@ impl S3Client {
             }
             self.stats.set(stats);
             let err = match self.transport.send(&self.target, &signed).await {
-                Ok(resp) => match parse(resp) {
-                    Ok(v) => {
-                        let mut stats = self.stats.get();
-                        stats.body_bytes += req.body.len();
-                        self.stats.set(stats);
-                        return Ok(v);
+                Ok(resp) => {
+                    let skew = crate::skew::skew_secs(resp.header("date"), signed_at);
+                    match parse(resp) {
+                        Ok(v) => {
+                            let mut stats = self.stats.get();
+                            stats.body_bytes += req.body.len();
+                            self.stats.set(stats);
+                            return Ok(v);
+                        }
+                        Err(e) => with_skew(e, skew),
                     }
-                    Err(e) => e,
-                },
+                }
                 Err(e) => Error::Transport(e),
             };
             let repeatable =
@@ -212,5 +216,20 @@ impl S3Client {
             monoio::time::sleep(delay).await;
             attempt += 1;
         }
+    }
+}
+
+/// An S3 error answered while this host's clock and the store's are far apart names that
+/// first: a skew S3 refuses reads like wrong keys otherwise.
+fn with_skew(e: Error, skew: Option<i64>) -> Error {
+    match (e, skew.and_then(crate::skew::skew_note)) {
+        (Error::S3(mut s), Some(note)) => {
+            s.message = Some(match s.message.take() {
+                Some(m) => format!("{note}; {m}"),
+                None => note,
+            });
+            Error::S3(s)
+        }
+        (e, _) => e,
     }
 }

@@ -64,6 +64,7 @@ pub mod options;
 pub mod request;
 pub mod retry;
 pub mod sign;
+pub mod skew;
 #[cfg(feature = "runtime")]
 pub mod transport;
 #[cfg(feature = "runtime")]
