@@ -1193,6 +1193,82 @@ fn an_oversized_message_refused_with_puback_0x95_goes_to_on_error_and_keeps_the_
     }
 }
 
+/// MQTT 3.1.1 against mosquitto's `max_packet_size`: the broker drops the connection at an
+/// oversized PUBLISH (3.1.1 has no way to say why). After 3 closes in a row right after the
+/// same message went out, that message goes to `on_error`, named with its size. Before, the
+/// sink reconnected for ever (25 reconnects in 15 s), nothing naming the message.
+#[test]
+fn on_3_1_1_a_message_the_broker_drops_the_connection_for_goes_to_on_error_named() {
+    const COUNT: u64 = 12;
+    const BIG: u64 = 4;
+    for policy in ["skip", "fail"] {
+        let broker =
+            Mosquitto::start(MosquittoOpts::new().config_line("max_packet_size 1000")).unwrap();
+        let iggy = iggy();
+        let t = topic(&iggy, &format!("v311-size-{policy}"), 1);
+        let mut admin = iggy.admin().unwrap();
+        let messages: Vec<TestMessage> = (0..COUNT)
+            .map(|n| {
+                let body = if n == BIG {
+                    "x".repeat(5_000)
+                } else {
+                    format!("small-{n}")
+                };
+                TestMessage::new(u128::from(n) + 1, body.into_bytes())
+            })
+            .collect();
+        send_all(&mut admin, &t, 0, &messages);
+        let sub =
+            Subscriber::connect(broker.addr(), SubscriberOpts::v5("size311/#").qos(1)).unwrap();
+        let sink = format!("v311-size-{policy}");
+        let cfg = engine_sections(&iggy)
+            + &mqtt_sink(
+                &sink,
+                &t,
+                "partitions = [0]",
+                &format!("on_error = \"{policy}\""),
+                &broker.host_port(),
+                "protocol = \"3.1.1\"\nqos = 1\ntopic = \"size311/{partition}\"\nreconnect_min = \"50ms\"\nreconnect_max = \"200ms\"",
+            );
+        let dir = tempfile::tempdir().unwrap();
+        let mut engine = Engine::start(dir.path(), &sink, &cfg);
+        if policy == "skip" {
+            wait_stored(&mut engine, &mut admin, &t, &sink, COUNT - 1, LONG);
+            sub.wait_for(COUNT as usize - 1, SHORT).unwrap();
+            stop_clean(&mut engine, SHORT * 3);
+        } else {
+            assert_eq!(
+                wait_exit_code(&mut engine, LONG),
+                Some(1),
+                "{}",
+                engine.log()
+            );
+            assert_eq!(
+                stored(&mut admin, &t, &sink, 0),
+                Some(BIG - 1),
+                "nothing from the refused message on is committed\n{}",
+                engine.log()
+            );
+        }
+        let log = engine.log();
+        let got = settled(&sub, Duration::from_millis(300));
+        let delivered: BTreeSet<String> = got.iter().map(text).collect();
+        let expected: BTreeSet<String> = (0..COUNT)
+            .filter(|&n| n != BIG && (policy == "skip" || n < BIG))
+            .map(|n| format!("small-{n}"))
+            .collect();
+        assert!(delivered.is_superset(&expected), "{delivered:?}\n{log}");
+        assert!(!delivered.iter().any(|d| d.len() > 100));
+        let line = log
+            .lines()
+            .find(|l| {
+                l.contains("5000 bytes of payload") && mentions_offset(&l.to_lowercase(), BIG)
+            })
+            .unwrap_or_else(|| panic!("the refused message is named with its size\n{log}"));
+        assert!(line.contains("3 times in a row"), "{line}");
+    }
+}
+
 fn render_messages() -> Vec<TestMessage> {
     let with_t = |n: u64, t: &str| {
         TestMessage::new(

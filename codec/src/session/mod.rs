@@ -85,6 +85,8 @@ pub struct Completion<T> {
     pub token: T,
     pub packet_id: PacketId,
     pub qos: QoS,
+    /// The message's payload size.
+    pub payload_len: usize,
     /// The broker's reason code from PUBACK, PUBREC (when it refused) or PUBCOMP. On MQTT
     /// 3.1.1 always success. A code of 0x80 or more means the broker did not accept it.
     pub reason: ReasonCode,
@@ -700,6 +702,7 @@ impl<T> Session<T> {
             token: entry.token,
             packet_id: id,
             qos: entry.publish.qos,
+            payload_len: entry.publish.payload.len(),
             reason,
             reason_string,
         }))
@@ -876,6 +879,31 @@ impl<T> Session<T> {
         }
         self.connection_lost();
         Ok(())
+    }
+
+    /// The message whose PUBLISH goes first after a reconnect: the oldest held whose PUBLISH
+    /// the broker has not acknowledged (a QoS 2 message past PUBREC is not one). Its token, its
+    /// payload size and whether it was sent on the current connection. Call it before
+    /// [`Session::connection_lost`] to learn what the lost connection had sent.
+    pub fn head_unacknowledged(&self) -> Option<(&T, usize, bool)> {
+        self.window
+            .in_send_order()
+            .into_iter()
+            .filter_map(|id| self.window.get(id))
+            .find(|e| e.stage == Stage::AwaitAck)
+            .map(|e| (&e.token, e.publish.payload.len(), e.on_wire))
+    }
+
+    /// Takes the message [`Session::head_unacknowledged`] names out of the window (the
+    /// caller gives up on it), freeing its packet id.
+    pub fn take_head_unacknowledged(&mut self) -> Option<(Publish, T)> {
+        let id = self.window.in_send_order().into_iter().find(|&id| {
+            self.window
+                .get(id)
+                .is_some_and(|e| e.stage == Stage::AwaitAck)
+        })?;
+        self.resend.retain(|&r| r != id);
+        self.window.remove(id).map(|e| (e.publish, e.token))
     }
 
     /// Takes back every message still held (not confirmed), in original order, freeing the

@@ -197,6 +197,9 @@ pub struct Link {
     /// The broker sent an acknowledgement code its packet may not carry on this connection
     /// (logged once per connection).
     off_spec: Cell<bool>,
+    /// The largest payload the broker accepted on this link: only a message larger than any
+    /// accepted is suspected of a size limit when connections close right after it.
+    largest_accepted: Cell<usize>,
 }
 
 impl std::fmt::Debug for Link {
@@ -236,6 +239,7 @@ impl Link {
             finished: Cell::new(false),
             peak_in_flight: Cell::new(0),
             off_spec: Cell::new(false),
+            largest_accepted: Cell::new(0),
             reconnects: Cell::new(0),
         }
     }
@@ -313,6 +317,10 @@ fn transient_refusal(protocol: Protocol, code: ReasonCode) -> bool {
 /// over at `reconnect_min` when it ends.
 const HEALTHY_CONNECTION: Duration = Duration::from_secs(5);
 
+/// Closes in a row right after the same message went out before that message is given up
+/// as refused by the broker (see the reconnect loop).
+const HEAD_STRIKES: u32 = 3;
+
 /// Runs connection `link` until it is stopped, closed after a drain, or fails for good.
 pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
     let cfg = &ctx.cfg;
@@ -325,6 +333,9 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
     // nothing of), so the first connection clears it with a clean connection, disconnects,
     // and then connects with Clean Start 0.
     let mut clear_first = !cfg.clean_start;
+    // The message at the head when connections closed right after it went out, and how many
+    // times in a row.
+    let mut strikes: Option<((usize, u64, usize), u32)> = None;
     while !link.stop.get() {
         let clean = first || cfg.clean_start;
         let result = connection(&ctx, &link, clean, clear_first).await;
@@ -338,9 +349,53 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
         if !matches!(result, Ok(Closed::Cleared)) {
             link.tried.set(true);
         }
+        let head = link
+            .session
+            .borrow()
+            .head_unacknowledged()
+            .map(|(t, size, sent)| (t.slot, t.offset, t.status, size, sent));
         // Everything not confirmed goes again on the next connection (the session keeps
         // QoS 1/2 messages); QoS 0 messages not written are polled again.
         lost(&ctx, &link);
+        // A broker that closes the connection right after the same message went out, again
+        // and again, refuses that message: mosquitto drops the connection of a packet over
+        // its max_packet_size, and MQTT 3.1.1 has no way to say why. After HEAD_STRIKES such
+        // closes in a row the message goes to on_error, named with its size, when it is larger
+        // than every message the broker accepted, and it accepted some (a broker that breaks
+        // every connection whatever was sent accepts none; one that accepted larger messages
+        // has no size limit this one breaks).
+        let suspect = match (&result, head) {
+            (Err(e), Some((slot, offset, false, size, true)))
+                if !e.fatal
+                    && was_up
+                    && lasted < HEALTHY_CONNECTION
+                    && link.largest_accepted.get() > 0
+                    && size > link.largest_accepted.get() =>
+            {
+                Some((slot, offset, size))
+            }
+            _ => None,
+        };
+        strikes = match (suspect, strikes) {
+            (Some(s), Some((last, n))) if (s.0, s.1) == (last.0, last.1) => Some((s, n + 1)),
+            (Some(s), _) => Some((s, 1)),
+            (None, _) => None,
+        };
+        if let Some(((_, offset, size), n)) = strikes
+            && n >= HEAD_STRIKES
+        {
+            strikes = None;
+            let taken = link.session.borrow_mut().take_head_unacknowledged();
+            if let Some((_, token)) = taken {
+                let reason = format!(
+                    "the broker closed the connection {n} times in a row right after this \
+                     message (offset {offset}, {size} bytes of payload) was sent: it refuses it, \
+                     most likely over a size limit of the broker (MQTT 3.1.1 cannot say why; \
+                     MQTT 5 names the limit)"
+                );
+                ctx.reject(&link, token, reason, None);
+            }
+        }
         match result {
             Ok(Closed::Drained) => break,
             Ok(Closed::Cleared) => {
@@ -1005,6 +1060,8 @@ fn process(ctx: &Ctx, link: &Link, buf: &mut BytesMut) -> Result<usize, String> 
                                 ));
                             }
                         } else if c.is_success() {
+                            link.largest_accepted
+                                .set(link.largest_accepted.get().max(c.payload_len));
                             run.push(&ctx.acks, c.token.slot, c.token.offset);
                         } else {
                             let (ack, kind) = if c.qos == QoS::AtLeastOnce {
