@@ -6,6 +6,8 @@
 #     ../shared/iggy/, which the tests and the bench start
 #   - prometheus (Debian package): the dashboard test runs every panel's query against a
 #     Prometheus that scrapes a live engine
+#   - ejabberd (Debian package, 23.01): the second MQTT broker the interop tests start (its
+#     system service is stopped and disabled; the tests run their own)
 #   - faketime (Debian package): libfaketime, so a test runs the engine with its clock 2 h ahead
 #   - linux-perf (Debian package): `perf`, for the flame graphs of the bench's s3-sink scenario
 #     (the bench smoke run draws them; without perf it says so and goes on)
@@ -19,6 +21,7 @@ command -v mosquitto >/dev/null 2>&1 || need_apt+=(mosquitto)
 command -v mosquitto_sub >/dev/null 2>&1 || need_apt+=(mosquitto-clients)
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v faketime >/dev/null 2>&1 || need_apt+=(faketime)
+[ -x /usr/sbin/ejabberdctl ] || need_apt+=(ejabberd)
 for pkg in libhwloc15 libudev1 linux-perf; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
@@ -31,9 +34,13 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   # The Debian packages enable a system-wide broker on port 1883 and a Prometheus on 9090; the
   # tests start their own.
   if command -v systemctl >/dev/null 2>&1; then
-    for unit in mosquitto prometheus prometheus-node-exporter; do
+    for unit in mosquitto prometheus prometheus-node-exporter ejabberd; do
       $SUDO systemctl disable --now "$unit" >/dev/null 2>&1 || true
     done
+  fi
+  # Without systemd the ejabberd package may have started its system node by itself.
+  if id ejabberd >/dev/null 2>&1; then
+    $SUDO pkill -u ejabberd -f 'ejabberd@localhost' >/dev/null 2>&1 || true
   fi
 fi
 

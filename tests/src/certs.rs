@@ -70,6 +70,34 @@ impl TestCa {
         self.sign(params, "server")
     }
 
+    /// As [`TestCa::issue_server_cert`], valid for the next `days` days only (rcgen's default
+    /// runs to the year 4096, which an Erlang server cannot set an expiry timer for: ejabberd's
+    /// certificate manager crashes on it).
+    pub fn issue_server_cert_for_days(
+        &self,
+        names: &[&str],
+        days: u64,
+    ) -> Result<IssuedCert, HarnessError> {
+        let sans: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut params = CertificateParams::new(sans)
+            .map_err(|e| cert_err("building the server certificate", e))?;
+        let cn = names.first().copied().unwrap_or("server");
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        let today = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() / 86_400)
+            .unwrap_or(0);
+        let (y, m, d) = civil_from_days(today + days);
+        params.not_after = rcgen::date_time_ymd(y, m, d);
+        self.sign(params, "server")
+    }
+
     /// Issues a client certificate with subject common name `common_name`, with the
     /// client-auth extended key usage (for mutual TLS).
     pub fn issue_client_cert(&self, common_name: &str) -> Result<IssuedCert, HarnessError> {
@@ -148,4 +176,18 @@ impl fmt::Debug for IssuedCert {
             .field("key_pem", &"<redacted>")
             .finish()
     }
+}
+
+/// The proleptic Gregorian date of `days` days after 1970-01-01.
+fn civil_from_days(days: u64) -> (i32, u8, u8) {
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y as i32, m as u8, d as u8)
 }

@@ -30,6 +30,7 @@ pub mod blackhole;
 mod certs;
 #[cfg(feature = "containers")]
 pub mod containers;
+mod ejabberd;
 mod error;
 pub mod faultproxy;
 mod fsutil;
@@ -48,6 +49,7 @@ mod transport;
 
 pub use blackhole::BlackHoleProxy;
 pub use certs::{IssuedCert, TestCa};
+pub use ejabberd::{EJABBERD_PASSWORD, EJABBERD_USER, Ejabberd, EjabberdOpts};
 pub use error::{HarnessError, IggyChannel};
 pub use faultproxy::{FaultPlan, FaultProxy, FaultStats, FixedAnswer, RequestHead};
 pub use iggy::{
