@@ -290,3 +290,31 @@ fn sigterm_while_the_server_refuses_offset_stores_ends_within_the_shutdown_timeo
     );
     assert_eq!(stored(&mut admin, &t, "file-out", 0), None);
 }
+
+/// The STAND-IN, because no released 0.9.0 server can be built here and the real
+/// 0.9.0-edge.5 server does not deduplicate partition writes: with the released 0.9.0 rule (a
+/// partition write whose request number is not above the client's last one is a duplicate,
+/// answered with an empty success and not applied), every offset store must carry a new
+/// request number. Before, stores reused the current one: every store after the first was
+/// taken as a duplicate and the stored offset stopped moving.
+#[test]
+fn offset_stores_keep_moving_on_a_server_that_deduplicates_partition_writes() {
+    let stand_in = IggyStandIn::start_with(IggyStandInOpts::new().partition_dedup()).unwrap();
+    let iggy = IggyServer::StandIn(stand_in);
+    let t = topic(&iggy, "dedup", 1);
+    let mut admin = iggy.admin().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let cfg = config(&iggy, &t, "partitions = [0]", &out, "", "");
+    let mut engine = Engine::start(dir.path(), "dedup", &cfg);
+    for round in 0..5u64 {
+        send(&mut admin, &t, 0, "m", round * 10, 10);
+        let last = round * 10 + 9;
+        wait_until(&format!("offset {last} stored"), LONG, || {
+            stored(&mut admin, &t, "file-out", 0) == Some(last)
+        });
+    }
+    engine.signal("TERM");
+    let status = engine.wait(Duration::from_secs(20)).expect("exits");
+    assert!(status.success(), "{}", engine.log());
+}

@@ -64,7 +64,15 @@ impl RequestState {
         let (request, session, checksum) = match operation {
             Operation::Register => (0, 0, 0),
             Operation::NonReplicated => (self.next_request, self.session, 0),
-            op if op.is_partition() => (self.next_request, self.session, 0),
+            // A partition write (send, offset store) takes a number of its own: the released
+            // 0.9.0 server deduplicates them by request number (a write whose number is not
+            // above the client's last is answered as applied and dropped); the edge.5 server
+            // takes the gaps this leaves in the metadata numbering.
+            op if op.is_partition() => {
+                let r = self.next_request;
+                self.next_request += 1;
+                (r, self.session, 0)
+            }
             _ => {
                 let r = self.next_request;
                 self.next_request += 1;

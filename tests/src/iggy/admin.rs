@@ -1,7 +1,8 @@
 //! [`IggyAdmin`]: a small synchronous Iggy client over `std::net` for tests, speaking the VSR
 //! framing the way the SDK does (`core/sdk/src/vsr.rs`): one request in flight, login as a
 //! `Register`, non-replicated reads carrying their code in `reserved[0..4]`, metadata requests
-//! numbered and stamped with the XxHash3 of their body, partition requests neither. It works
+//! numbered and stamped with the XxHash3 of their body, partition requests numbered (as the
+//! released 0.9.0 SDK does) but not stamped. It works
 //! against the stand-in and against a real server.
 
 use std::collections::hash_map::RandomState;
@@ -322,7 +323,13 @@ impl IggyAdmin {
         let (request, session, request_checksum) = match operation {
             Operation::Register => (0, 0, 0),
             Operation::NonReplicated => (self.next_request, self.session, 0),
-            op if op.is_partition() => (self.next_request, self.session, 0),
+            // Each partition write its own number, as the released 0.9.0 SDK does (its server
+            // deduplicates partition writes by request number; edge.5 takes the gaps).
+            op if op.is_partition() => {
+                let request = self.next_request;
+                self.next_request += 1;
+                (request, self.session, 0)
+            }
             _ => {
                 let request = self.next_request;
                 self.next_request += 1;

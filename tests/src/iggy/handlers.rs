@@ -491,6 +491,14 @@ fn partition_op(
     body: &[u8],
 ) -> Vec<u8> {
     let commit = state.commit();
+    if let Some(last) = state.partition_dedup.as_mut() {
+        let seen = last.entry(binding.client).or_insert(0);
+        if header.request <= *seen {
+            // A duplicate (as 0.9.0 judges it): not applied, answered as if it were.
+            return wire::result_ok(header, binding.session, commit, None);
+        }
+        *seen = header.request;
+    }
     let outcome = match header.operation {
         Operation::SendMessages => send_messages(state, body),
         Operation::StoreConsumerOffset => {

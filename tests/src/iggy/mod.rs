@@ -74,6 +74,7 @@ pub struct IggyStandInOpts {
     revocation_timeout: Duration,
     tls: bool,
     protocol_window: Option<(u32, u32)>,
+    partition_dedup: bool,
 }
 
 impl fmt::Debug for IggyStandInOpts {
@@ -92,6 +93,7 @@ impl fmt::Debug for IggyStandInOpts {
             .field("revocation_timeout", &self.revocation_timeout)
             .field("tls", &self.tls)
             .field("protocol_window", &self.protocol_window)
+            .field("partition_dedup", &self.partition_dedup)
             .finish()
     }
 }
@@ -105,6 +107,7 @@ impl Default for IggyStandInOpts {
             revocation_timeout: Duration::from_secs(30),
             tls: false,
             protocol_window: None,
+            partition_dedup: false,
         }
     }
 }
@@ -150,6 +153,16 @@ impl IggyStandInOpts {
     /// [`IggyStandIn::ca_pem`]). [`IggyStandIn::admin`] then connects over TLS too.
     pub fn tls(mut self) -> Self {
         self.tls = true;
+        self
+    }
+
+    /// Deduplicates partition writes by request number as the released 0.9.0 server does
+    /// (apache/iggy PR 3959): a send or offset store whose request number is not above the
+    /// client's last one is answered with an empty success and not applied. The real
+    /// 0.9.0-edge.5 server in `../shared/iggy/` does not do this, and no 0.9.0 build can be made
+    /// here.
+    pub fn partition_dedup(mut self) -> Self {
+        self.partition_dedup = true;
         self
     }
 
@@ -219,6 +232,9 @@ impl IggyStandIn {
         let (username, password) = credentials.swap_remove(0);
         let mut state = State::new(users, opts.revocation_timeout);
         state.protocol_window = opts.protocol_window;
+        if opts.partition_dedup {
+            state.partition_dedup = Some(std::collections::HashMap::new());
+        }
         let (ca_pem, tls) = if opts.tls {
             let ca = TestCa::new("spillway Iggy stand-in CA")?;
             let cert = ca.issue_server_cert(&[DEFAULT_SERVER_NAME, "127.0.0.1"])?;

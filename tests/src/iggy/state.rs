@@ -492,6 +492,10 @@ pub(crate) struct State {
     pub(crate) refuse_stores: bool,
     /// The protocol window `(min, max)` accepted at login; `None`: the crate's own.
     pub(crate) protocol_window: Option<(u32, u32)>,
+    /// The released 0.9.0 server's rule: a partition write (send messages, store or delete an
+    /// offset) whose request number is not above the client's last one is a duplicate,
+    /// answered with an empty success and not applied. The last number per client.
+    pub(crate) partition_dedup: Option<HashMap<u128, u64>>,
 }
 
 /// Resolution failure of a partition address: the error code naming the level that missed.
@@ -513,6 +517,7 @@ impl State {
             transient_refusals: 0,
             refuse_stores: false,
             protocol_window: None,
+            partition_dedup: None,
         }
     }
 
