@@ -56,18 +56,7 @@ impl TestCa {
     /// Issues a server certificate for `names` (DNS names or IP addresses, e.g. `localhost`,
     /// `127.0.0.1`), with the server-auth extended key usage.
     pub fn issue_server_cert(&self, names: &[&str]) -> Result<IssuedCert, HarnessError> {
-        let sans: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-        let mut params = CertificateParams::new(sans)
-            .map_err(|e| cert_err("building the server certificate", e))?;
-        let cn = names.first().copied().unwrap_or("server");
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        self.sign(params, "server")
+        self.sign(server_params(names)?, "server")
     }
 
     /// As [`TestCa::issue_server_cert`], valid for the next `days` days only (rcgen's default
@@ -78,17 +67,7 @@ impl TestCa {
         names: &[&str],
         days: u64,
     ) -> Result<IssuedCert, HarnessError> {
-        let sans: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-        let mut params = CertificateParams::new(sans)
-            .map_err(|e| cert_err("building the server certificate", e))?;
-        let cn = names.first().copied().unwrap_or("server");
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
+        let mut params = server_params(names)?;
         let today = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() / 86_400)
@@ -190,4 +169,20 @@ fn civil_from_days(days: u64) -> (i32, u8, u8) {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     (y as i32, m as u8, d as u8)
+}
+
+/// A server certificate's parameters for `names`, with the server-auth extended key usage.
+fn server_params(names: &[&str]) -> Result<CertificateParams, HarnessError> {
+    let sans: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let mut params =
+        CertificateParams::new(sans).map_err(|e| cert_err("building the server certificate", e))?;
+    let cn = names.first().copied().unwrap_or("server");
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    Ok(params)
 }
