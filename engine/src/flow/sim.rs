@@ -8,8 +8,8 @@
 //!   a partition never has more unconfirmed messages than its window;
 //! - liveness: once the faults stop, everything produced is confirmed and stored.
 //!
-//! `SPILLWAY_SIM_SEEDS` (default 2000) sets how many seeds run; `SPILLWAY_SIM_SEED=N` replays
-//! one. A failing seed is printed with the step and the recent history.
+//! `SPILLWAY_SIM_SEEDS` (default 2000) sets how many fixed seeds run (0..N), and a tenth as
+//! many fresh ones, printed, follow; `SPILLWAY_SIM_SEED=N` replays one. A failing seed is printed with the step and the recent history.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -502,10 +502,27 @@ fn the_delivery_contract_holds_over_random_interleavings() {
             ),
         }
     }
+    // And fresh seeds each run, printed, so a run also tries what the fixed ones never did.
+    let base = fastrand::u64(1 << 32..u64::MAX / 2);
+    let fresh = seeds / 10;
+    eprintln!("flow simulation: {fresh} fresh seeds from {base}");
+    for seed in base..base + fresh {
+        match run_seed(seed, steps, false) {
+            Ok((r, s)) => {
+                restarts += r;
+                stops += s;
+            }
+            Err(e) => panic!(
+                "{e}\nreplay: SPILLWAY_SIM_SEED={seed} cargo test -p spillway --lib flow::sim"
+            ),
+        }
+    }
     // The faults did happen: crashes and stops in the mix.
     assert!(
         restarts > seeds as u32 / 2 && stops > 0,
         "restarts {restarts}, stops {stops}"
     );
-    eprintln!("{seeds} seeds x {steps} steps: {restarts} restarts, {stops} stops");
+    eprintln!(
+        "{seeds} fixed and {fresh} fresh seeds x {steps} steps: {restarts} restarts, {stops} stops"
+    );
 }
