@@ -19,7 +19,7 @@ use spillway_codec::session::{Event, Session, SessionConfig, SessionError};
 use spillway_codec::{Connect, Decoded, Disconnect, MqttStr, Outbound, Protocol, QoS, decode};
 
 use crate::config::{Config, MqttSinkConfig, MqttVersion, SinkConfig, SinkType, SourceKind};
-use crate::iggy::{Credentials, Endpoint, IggyClient, wire_ident};
+use crate::iggy::{Credentials, Endpoint, Finder, IggyClient, wire_ident};
 use crate::template::name::Place;
 
 /// What one check found.
@@ -92,11 +92,16 @@ async fn check_all(config: &Config) -> Vec<Finding> {
     if config.sinks.iter().any(|s| s.source == SourceKind::Iggy) {
         let outcome = iggy_login(config).await;
         match outcome {
-            Ok(client) => {
+            Ok((client, finder)) => {
+                let at = finder.current().unwrap_or(config.iggy.address.as_str());
+                let seen = match finder.roster() {
+                    Some(roster) => format!("logged in at {at}, the leader; {}", roster.describe()),
+                    None => format!("logged in at {at}"),
+                };
                 findings.push(Finding {
                     sink: None,
                     what: "iggy",
-                    outcome: Ok(format!("logged in at {}", config.iggy.address)),
+                    outcome: Ok(seen),
                 });
                 iggy = Some(client);
             }
@@ -134,7 +139,7 @@ async fn check_all(config: &Config) -> Vec<Finding> {
     findings
 }
 
-async fn iggy_login(config: &Config) -> Result<IggyClient, String> {
+async fn iggy_login(config: &Config) -> Result<(IggyClient, Finder), String> {
     let endpoint: Endpoint =
         crate::control::endpoint(config)?.ok_or_else(|| "no sink reads from Iggy".to_owned())?;
     let iggy = &config.iggy;
@@ -150,9 +155,12 @@ async fn iggy_login(config: &Config) -> Result<IggyClient, String> {
                 .to_owned());
         }
     };
-    IggyClient::connect(&endpoint, &creds)
+    let mut finder = Finder::new(endpoint.addresses.clone());
+    let client = finder
+        .connect(&endpoint, &creds)
         .await
-        .map_err(|e| format!("{}: {e}", iggy.address))
+        .map_err(|e| format!("{}: {e}", iggy.address))?;
+    Ok((client, finder))
 }
 
 async fn iggy_sink(client: &mut IggyClient, sink: &SinkConfig) -> Result<String, String> {

@@ -50,14 +50,16 @@ pub fn endpoint(config: &Config) -> Result<Option<Endpoint>, String> {
     let tls = if iggy.tls {
         let cfg = crate::tls::client_config(iggy.tls_ca.as_deref(), None, &[])
             .map_err(|e| format!("iggy.tls_ca: {e}"))?;
-        let name = crate::tls::server_name(&iggy.address, iggy.tls_server_name.as_deref())
-            .map_err(|e| format!("iggy.tls_server_name: {e}"))?;
-        Some((cfg, name))
+        for address in iggy.addresses() {
+            crate::tls::server_name(address, iggy.tls_server_name.as_deref())
+                .map_err(|e| format!("iggy.tls_server_name: {e}"))?;
+        }
+        Some((cfg, iggy.tls_server_name.clone()))
     } else {
         None
     };
     Ok(Some(Endpoint {
-        address: iggy.address.clone(),
+        addresses: iggy.addresses().map(str::to_owned).collect(),
         tls,
         connect_timeout: iggy.connect_timeout.0,
         request_timeout: iggy.request_timeout.0,

@@ -25,7 +25,7 @@ use crate::flow::{
 pub use crate::flow::{Mode, RunnerStats};
 use crate::generate::Generator;
 use crate::iggy::{
-    Credentials, Endpoint, IggyClient, IggyError, PartitionState, ResultCode, wire_ident,
+    Credentials, Endpoint, Finder, IggyClient, IggyError, PartitionState, ResultCode, wire_ident,
 };
 use crate::message::{Batch, Message};
 use crate::metrics::{Command, Report, Reports};
@@ -125,6 +125,8 @@ pub const REPORT_INTERVAL: Duration = Duration::from_millis(250);
 
 struct IggySource {
     endpoint: Endpoint,
+    /// The node to talk to: the server, or a cluster's leader.
+    finder: Finder,
     creds: Credentials,
     client: Option<IggyClient>,
     stream: WireIdentifier,
@@ -265,6 +267,7 @@ impl Runner {
                 };
                 (
                     Source::Iggy(Box::new(IggySource {
+                        finder: Finder::new(endpoint.addresses.clone()),
                         endpoint,
                         creds,
                         client: None,
@@ -427,7 +430,12 @@ impl Runner {
             return EngineError::transient(e.to_string());
         }
         let at = match (&self.source, setting_up) {
-            (Source::Iggy(src), true) => format!(" (Iggy at {})", src.endpoint.address),
+            (Source::Iggy(src), true) => format!(
+                " (Iggy at {})",
+                src.finder
+                    .current()
+                    .map_or_else(|| src.endpoint.listed(), str::to_owned)
+            ),
             _ => String::new(),
         };
         EngineError::new(class, format!("sink {:?}: {e}{at}", self.cfg.name))
@@ -453,7 +461,7 @@ impl Runner {
             return Ok(());
         };
         let (stream_name, topic_name) = (&self.stream_name, &self.topic_name);
-        let mut client = IggyClient::connect(&src.endpoint, &src.creds).await?;
+        let mut client = src.finder.connect(&src.endpoint, &src.creds).await?;
         if !client.stream_exists(&src.stream).await? {
             return Err(IggyError::NotFound(format!(
                 "stream {stream_name} not found (key sink.stream of sink {:?})",
@@ -651,6 +659,7 @@ impl Runner {
             },
         };
         let group = matches!(&self.source, Source::Iggy(src) if src.group.is_some());
+        let clustered = matches!(&self.source, Source::Iggy(src) if src.finder.roster().is_some());
         match result {
             Ok(()) => self.flow.handle_stored(Instant::now(), slot, offset),
             // A group member may not store offsets of a partition it no longer owns (the
@@ -658,6 +667,14 @@ impl Runner {
             Err(IggyError::Status {
                 code: ResultCode::ResourceNotFound,
             }) if group => self.flow.handle_store_refused(Instant::now(), slot, offset),
+            // A cluster's leader serves polls from its log before the followers have the
+            // messages, and refuses to store an offset past what it has committed: the store
+            // waits for the commit.
+            Err(IggyError::Status {
+                code: ResultCode::InvalidOffset,
+            }) if clustered => self
+                .flow
+                .handle_store_deferred(Instant::now(), slot, offset),
             Err(e) => self.fail_source(&e, false),
         }
     }

@@ -53,7 +53,7 @@ pub use ejabberd::{EJABBERD_PASSWORD, EJABBERD_USER, Ejabberd, EjabberdOpts};
 pub use error::{HarnessError, IggyChannel};
 pub use faultproxy::{FaultPlan, FaultProxy, FaultStats, FixedAnswer, RequestHead};
 pub use iggy::{
-    IggyAdmin, IggyProcess, IggyProcessOpts, IggyServer, IggyStandIn, IggyStandInOpts,
+    IggyAdmin, IggyCluster, IggyProcess, IggyProcessOpts, IggyServer, IggyStandIn, IggyStandInOpts,
     PolledTestBatch, PolledTestMessage, TestConsumer, TestMessage, TestPolling,
 };
 pub use mosquitto::{Mosquitto, MosquittoOpts, TlsMode};

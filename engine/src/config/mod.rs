@@ -96,7 +96,8 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct IggyConfig {
-    /// `host:port` of the server's TCP transport.
+    /// `host:port` of the server's TCP transport; for a cluster, several nodes separated by
+    /// commas (the leader is found from any of them).
     pub address: String,
     /// Username (with `password`).
     pub username: Option<String>,
@@ -121,6 +122,16 @@ pub struct IggyConfig {
     /// Send a ping when the connection has been idle this long (the server evicts silent
     /// clients after about 36 s).
     pub ping_interval: Dur,
+}
+
+impl IggyConfig {
+    /// The addresses of `address`: one, or a cluster's nodes (comma-separated), trimmed.
+    pub fn addresses(&self) -> impl Iterator<Item = &str> {
+        self.address
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+    }
 }
 
 impl Default for IggyConfig {

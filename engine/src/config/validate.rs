@@ -62,12 +62,19 @@ pub(super) fn validate(config: &Config) -> Result<(), Problem> {
 
 fn validate_iggy(config: &Config) -> Result<(), Problem> {
     let iggy = &config.iggy;
-    if !host_port(&iggy.address) {
+    if iggy.addresses().next().is_none() {
+        return Err(problem(
+            "iggy.address",
+            "is empty: give host:port (e.g. \"127.0.0.1:8090\"), or a cluster's nodes \
+             separated by commas",
+        ));
+    }
+    if let Some(bad) = iggy.addresses().find(|a| !host_port(a)) {
         return Err(problem(
             "iggy.address",
             format!(
-                "{:?} is not host:port (e.g. \"127.0.0.1:8090\")",
-                iggy.address
+                "{bad:?} is not host:port (e.g. \"127.0.0.1:8090\"; a cluster's nodes are \
+                 separated by commas)"
             ),
         ));
     }

@@ -27,7 +27,8 @@ pub enum Action {
         need_head: bool,
     },
     /// Store `offset` as the consumer offset of `partition`. Answer: [`Flow::handle_stored`],
-    /// or [`Flow::handle_store_refused`] when the group took the partition away.
+    /// [`Flow::handle_store_refused`] when the group took the partition away, or
+    /// [`Flow::handle_store_deferred`] when the server cannot take it yet.
     Store {
         /// The runner's slot.
         slot: Slot,

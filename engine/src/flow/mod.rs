@@ -429,6 +429,24 @@ impl Flow {
         part.stored = Some(offset);
     }
 
+    /// The server could not take the store yet (a cluster's leader refuses an offset past what
+    /// it has committed, and it serves polls from its log before the followers have it): the
+    /// same watermark is stored again after `commit_interval`.
+    pub fn handle_store_deferred(&mut self, now: Instant, slot: Slot, offset: Offset) {
+        let name = self.cfg.name.clone();
+        let Some(part) = self.part_mut(slot) else {
+            return;
+        };
+        debug!(
+            sink = %name,
+            partition = part.id.0,
+            "the server does not take offset {offset} of {} yet; storing it again later",
+            part.id
+        );
+        part.last_store = now;
+        part.since_store = 0;
+    }
+
     /// The group moved the polled partition: re-sync now.
     pub fn handle_fenced(&mut self, now: Instant) {
         self.in_poll = None;

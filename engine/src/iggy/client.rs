@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use iggy_binary_protocol::codes::{
-    GET_CONSUMER_GROUP_CODE, GET_CONSUMER_OFFSET_CODE, GET_STREAM_CODE, GET_TOPIC_CODE,
-    JOIN_CONSUMER_GROUP_CODE, LEAVE_CONSUMER_GROUP_CODE, LOGIN_REGISTER_CODE,
+    GET_CLUSTER_METADATA_CODE, GET_CONSUMER_GROUP_CODE, GET_CONSUMER_OFFSET_CODE, GET_STREAM_CODE,
+    GET_TOPIC_CODE, JOIN_CONSUMER_GROUP_CODE, LEAVE_CONSUMER_GROUP_CODE, LOGIN_REGISTER_CODE,
     LOGIN_REGISTER_WITH_PAT_CODE, PING_CODE, POLL_MESSAGES_CODE, STORE_CONSUMER_OFFSET_CODE,
     SYNC_CONSUMER_GROUP_CODE,
 };
@@ -19,10 +19,12 @@ use iggy_binary_protocol::requests::consumer_offsets::{
 };
 use iggy_binary_protocol::requests::messages::PollMessagesRequest;
 use iggy_binary_protocol::requests::streams::GetStreamRequest;
+use iggy_binary_protocol::requests::system::GetClusterMetadataRequest;
 use iggy_binary_protocol::requests::topics::GetTopicRequest;
 use iggy_binary_protocol::requests::users::{LoginRegisterRequest, LoginRegisterWithPatRequest};
 use iggy_binary_protocol::responses::consumer_groups::SyncConsumerGroupResponse;
 use iggy_binary_protocol::responses::consumer_offsets::ConsumerOffsetResponse;
+use iggy_binary_protocol::responses::system::ClusterMetadataResponse;
 use iggy_binary_protocol::responses::topics::GetTopicResponse;
 use iggy_binary_protocol::responses::users::LoginRegisterResponse;
 use iggy_binary_protocol::{
@@ -32,6 +34,7 @@ use iggy_binary_protocol::{
 use monoio::time::timeout;
 use secrecy::SecretString;
 
+use super::cluster::Roster;
 use super::conn::{Connection, Endpoint};
 use super::error::{IggyError, ResultCode};
 use super::poll::{self, Polled};
@@ -81,13 +84,16 @@ pub struct PartitionState {
 }
 
 impl IggyClient {
-    /// Connects and logs in, all within the endpoint's connect timeout.
+    /// Connects to `address` and logs in, all within the endpoint's connect timeout, as client
+    /// `client` (a random id when `None`).
     pub async fn connect(
         endpoint: &Endpoint,
+        address: &str,
+        client: Option<u128>,
         creds: &Credentials,
     ) -> Result<IggyClient, IggyError> {
         timeout(endpoint.connect_timeout * 2, async {
-            let mut conn = Connection::open(endpoint).await?;
+            let mut conn = Connection::open(endpoint, address, client).await?;
             let version_info = ClientVersionInfo {
                 protocol_version: IGGY_PROTOCOL_VERSION,
                 sdk_name: WireName::new("spillway").map_err(malformed)?,
@@ -159,6 +165,35 @@ impl IggyClient {
         let body = self.scratch.split().freeze();
         self.last_request = Instant::now();
         self.conn.call(code, &body).await
+    }
+
+    /// Marks the connection as one to a node of a cluster (see [`Connection::set_clustered`]).
+    pub fn set_clustered(&mut self, clustered: bool) {
+        self.conn.set_clustered(clustered);
+    }
+
+    /// The cluster's roster as this node sees it; `None` when the server runs alone (it
+    /// answers with no nodes, or does not know the command).
+    pub async fn cluster_metadata(&mut self) -> Result<Option<Roster>, IggyError> {
+        let reply = self
+            .call(GET_CLUSTER_METADATA_CODE, GetClusterMetadataRequest)
+            .await;
+        let body = match reply {
+            Ok(body) => body,
+            Err(IggyError::Status {
+                code:
+                    ResultCode::FeatureUnavailable
+                    | ResultCode::InvalidCommand
+                    | ResultCode::ResourceNotFound,
+            }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if body.is_empty() {
+            return Ok(None);
+        }
+        let reply = ClusterMetadataResponse::decode_from(&body)
+            .map_err(|e| IggyError::Malformed(format!("cluster metadata reply: {e}")))?;
+        Ok(Roster::from_reply(reply))
     }
 
     /// Keeps the session alive.

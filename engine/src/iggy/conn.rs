@@ -10,13 +10,16 @@ use monoio::net::TcpStream;
 use monoio::time::timeout;
 use monoio_rustls::ClientTlsStream;
 
-use super::error::IggyError;
+use super::error::{IggyError, ResultCode};
 use super::proto::{HEADER_SIZE, RequestState, frame_size};
 
 /// Smallest room made in the read buffer before a read.
 const MIN_READ: usize = 64 * 1024;
 /// The wait before a request refused as transient is sent again (the official SDK waits 50 ms).
 pub const TRANSIENT_RETRY: Duration = Duration::from_millis(50);
+/// How many times a cluster node's 58 (`TransientNotAccepted`) is resent on the same
+/// connection before the refusal is returned and the leader looked for again.
+pub const CLUSTER_RESENDS: u32 = 2;
 
 enum Stream {
     Plain(TcpStream),
@@ -26,23 +29,28 @@ enum Stream {
 /// How to reach the server.
 #[derive(Clone)]
 pub struct Endpoint {
-    /// `host:port`.
-    pub address: String,
-    /// TLS configuration and the name to check, when TLS is on.
-    pub tls: Option<(
-        Arc<rustls::ClientConfig>,
-        rustls::pki_types::ServerName<'static>,
-    )>,
+    /// `host:port` of the server, or of several nodes of a cluster (the seeds the leader is
+    /// found from; see [`super::cluster`]).
+    pub addresses: Vec<String>,
+    /// TLS configuration, and the name to check when it is not the host of each address.
+    pub tls: Option<(Arc<rustls::ClientConfig>, Option<String>)>,
     /// Time for TCP connect (and again for the TLS handshake).
     pub connect_timeout: Duration,
     /// Time for one reply.
     pub request_timeout: Duration,
 }
 
+impl Endpoint {
+    /// The configured addresses as the config wrote them (comma-separated).
+    pub fn listed(&self) -> String {
+        self.addresses.join(",")
+    }
+}
+
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint")
-            .field("address", &self.address)
+            .field("addresses", &self.addresses)
             .field("tls", &self.tls.is_some())
             .finish()
     }
@@ -58,6 +66,9 @@ pub struct Connection {
     /// No request runs past this (a drain's deadline, a stop's grace), whatever
     /// `request_timeout` allows.
     cap: Option<Instant>,
+    /// The server is a node of a cluster: 58 may mean "not the leader (any more)", which
+    /// no resend on this connection cures.
+    clustered: bool,
 }
 
 impl std::fmt::Debug for Connection {
@@ -69,42 +80,45 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
-    /// Connects (TCP, then TLS when configured) within the connect timeout.
-    pub async fn open(endpoint: &Endpoint) -> Result<Connection, IggyError> {
-        let tcp = spillway_net::connect_address(&endpoint.address, endpoint.connect_timeout)
+    /// Connects to `address` (TCP, then TLS when configured) within the connect timeout, as
+    /// client `client` (a random id when `None`).
+    pub async fn open(
+        endpoint: &Endpoint,
+        address: &str,
+        client: Option<u128>,
+    ) -> Result<Connection, IggyError> {
+        let tcp = spillway_net::connect_address(address, endpoint.connect_timeout)
             .await
             .map_err(|e| IggyError::Io(e.into()))?;
         let stream = match &endpoint.tls {
             None => Stream::Plain(tcp),
             Some((config, name)) => {
                 use spillway_net::tls::HandshakeError;
-                let tls = spillway_net::tls::handshake(
-                    config,
-                    name.clone(),
-                    tcp,
-                    endpoint.connect_timeout,
-                )
-                .await
-                .map_err(|e| match e {
-                    HandshakeError::TimedOut => IggyError::Timeout("the TLS handshake"),
-                    HandshakeError::Tls(e) => {
-                        IggyError::Tls(format!("TLS handshake with {}: {e}", endpoint.address))
-                    }
-                    HandshakeError::Io(e) => IggyError::Io(io::Error::new(
-                        e.kind(),
-                        format!("TLS handshake with {}: {e}", endpoint.address),
-                    )),
-                })?;
+                let name = crate::tls::server_name(address, name.as_deref())
+                    .map_err(|e| IggyError::Tls(format!("server name for {address}: {e}")))?;
+                let tls = spillway_net::tls::handshake(config, name, tcp, endpoint.connect_timeout)
+                    .await
+                    .map_err(|e| match e {
+                        HandshakeError::TimedOut => IggyError::Timeout("the TLS handshake"),
+                        HandshakeError::Tls(e) => {
+                            IggyError::Tls(format!("TLS handshake with {address}: {e}"))
+                        }
+                        HandshakeError::Io(e) => IggyError::Io(io::Error::new(
+                            e.kind(),
+                            format!("TLS handshake with {address}: {e}"),
+                        )),
+                    })?;
                 Stream::Tls(Box::new(tls))
             }
         };
         Ok(Connection {
             stream,
-            state: RequestState::new(),
+            state: client.map_or_else(RequestState::new, RequestState::for_client),
             read: BytesMut::with_capacity(MIN_READ),
             write: BytesMut::with_capacity(4096),
             request_timeout: endpoint.request_timeout,
             cap: None,
+            clustered: false,
         })
     }
 
@@ -112,6 +126,14 @@ impl Connection {
     /// alone): a drain or a stop must not wait for the server longer than it has.
     pub fn cap_requests(&mut self, until: Option<Instant>) {
         self.cap = until;
+    }
+
+    /// Marks the connection as one to a node of a cluster: a request refused with 58
+    /// (`TransientNotAccepted`) is sent again [`CLUSTER_RESENDS`] times at most, then the
+    /// refusal is returned, so the caller finds the leader again (a follower refuses every
+    /// write with 58, for good).
+    pub fn set_clustered(&mut self, clustered: bool) {
+        self.clustered = clustered;
     }
 
     /// The request numbering (client id, session).
@@ -131,7 +153,9 @@ impl Connection {
     /// `TransientNotAccepted`: not admitted) is sent again, the same frame with the same request
     /// number, every [`TRANSIENT_RETRY`] until `request_timeout` has passed since the first
     /// send, on this connection: the server executes a resent request once, or replays the
-    /// reply of the one it committed, so nothing is applied twice and nothing reconnects.
+    /// reply of the one it committed, so nothing is applied twice and nothing reconnects. On a
+    /// cluster's node, 58 is resent [`CLUSTER_RESENDS`] times at most (see
+    /// [`Connection::set_clustered`]).
     pub async fn call(&mut self, code: u32, body: &[u8]) -> Result<Bytes, IggyError> {
         self.write.clear();
         self.state.encode(code, body, &mut self.write)?;
@@ -146,6 +170,7 @@ impl Connection {
                 full
             }
         };
+        let mut not_accepted = 0;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             timeout(left, self.write_all(out.clone()))
@@ -157,9 +182,19 @@ impl Connection {
                 .map_err(|_| IggyError::Timeout(what("a request")))??;
             match self.state.reply_body(&frame) {
                 Err(IggyError::Status { code: status })
+                    if self.clustered
+                        && status == ResultCode::TransientNotAccepted
+                        && not_accepted >= CLUSTER_RESENDS =>
+                {
+                    return Err(IggyError::Status { code: status });
+                }
+                Err(IggyError::Status { code: status })
                     if status.is_transient_refusal()
                         && Instant::now() + TRANSIENT_RETRY < deadline =>
                 {
+                    if status == ResultCode::TransientNotAccepted {
+                        not_accepted += 1;
+                    }
                     tracing::debug!(
                         code,
                         status = status.raw(),

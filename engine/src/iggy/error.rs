@@ -51,6 +51,17 @@ pub enum IggyError {
     Tls(String),
     /// A stream, topic, partition or group the config names does not exist.
     NotFound(String),
+    /// A reply to another request than the one sent: the connection is out of step (seen on
+    /// a cluster's node right after a view change); a new connection cures it.
+    OutOfStep {
+        /// The request number sent.
+        expected: u64,
+        /// The one the reply answers.
+        got: u64,
+    },
+    /// No node of the configured addresses (or of the cluster's roster) could be reached and
+    /// name a leader that answers: what each said.
+    NoLeader(String),
 }
 
 impl IggyError {
@@ -59,7 +70,10 @@ impl IggyError {
     /// do not go away by retrying.
     pub fn is_transient(&self) -> bool {
         match self {
-            IggyError::Io(_) | IggyError::Timeout(_) => true,
+            IggyError::Io(_)
+            | IggyError::Timeout(_)
+            | IggyError::NoLeader(_)
+            | IggyError::OutOfStep { .. } => true,
             IggyError::Evicted { reason } => matches!(reason, 1 | 7 | 8 | 13),
             // 40: the session is gone (e.g. after a stale-client eviction): log in again.
             IggyError::Status { code } => matches!(
@@ -142,6 +156,12 @@ impl fmt::Display for IggyError {
             IggyError::Malformed(what) => write!(f, "malformed data from Iggy: {what}"),
             IggyError::Tls(what) => write!(f, "TLS to Iggy: {what}"),
             IggyError::NotFound(what) => f.write_str(what),
+            IggyError::NoLeader(what) => write!(f, "no Iggy node to talk to: {what}"),
+            IggyError::OutOfStep { expected, got } => write!(
+                f,
+                "Iggy answered request {got} while request {expected} was waiting (the \
+                 connection is out of step)"
+            ),
         }
     }
 }

@@ -2,12 +2,14 @@
 //! `iggy_binary_protocol` codec (`engine/iggy-protocol.md` has the wire notes).
 
 mod client;
+pub mod cluster;
 mod conn;
 mod error;
 mod poll;
 pub mod proto;
 
 pub use client::{Credentials, IggyClient, PartitionState, wire_ident};
+pub use cluster::{Finder, Roster};
 pub use conn::{Connection, Endpoint};
 pub use error::{IggyError, ResultCode, code_name, eviction_name};
 /// The poll reply decoder, for the fuzz targets and property tests (`engine/fuzz`,

@@ -35,7 +35,11 @@ pub struct RequestState {
 impl RequestState {
     /// A new connection with a random nonzero client id.
     pub fn new() -> RequestState {
-        let client = (u128::from(fastrand::u64(..)) << 64 | u128::from(fastrand::u64(..))).max(1);
+        RequestState::for_client(new_client_id())
+    }
+
+    /// A new connection of client `client` (a reconnect that keeps its identity).
+    pub fn for_client(client: u128) -> RequestState {
         RequestState {
             client,
             session: 0,
@@ -116,6 +120,11 @@ impl Default for RequestState {
     }
 }
 
+/// A random nonzero client id.
+pub fn new_client_id() -> u128 {
+    (u128::from(fastrand::u64(..)) << 64 | u128::from(fastrand::u64(..))).max(1)
+}
+
 /// The total frame size from a header, checked against the limits.
 pub fn frame_size(header: &[u8; HEADER_SIZE]) -> Result<usize, IggyError> {
     let mut size = [0u8; 4];
@@ -157,10 +166,10 @@ pub fn decode_reply(frame: &Bytes, expect_request: Option<u64>) -> Result<Bytes,
             if let Some(expected) = expect_request
                 && reply.request != expected
             {
-                return Err(IggyError::Malformed(format!(
-                    "reply to request {} while waiting for {expected}",
-                    reply.request
-                )));
+                return Err(IggyError::OutOfStep {
+                    expected,
+                    got: reply.request,
+                });
             }
             if reply.status != 0 {
                 return Err(IggyError::Status {
@@ -219,7 +228,8 @@ mod tests {
         assert_eq!(&out[196..200], &POLL_MESSAGES_CODE.to_le_bytes());
         assert_eq!(&out[256..], b"abc");
 
-        // A partition op: no code, request not advanced, unstamped.
+        // A partition op: no code, unstamped, a request number of its own (the non-replicated
+        // poll above did not advance the counter).
         out.clear();
         assert!(s.encode(STORE_CONSUMER_OFFSET_CODE, b"x", &mut out).is_ok());
         assert_eq!(out[176], Operation::StoreConsumerOffset as u8);
@@ -249,10 +259,16 @@ mod tests {
             decode_reply(&ok, Some(3)).ok(),
             Some(Bytes::from_static(b"hello"))
         );
+        // A reply to another request: the connection is out of step, which a reconnect cures.
+        let out_of_step = decode_reply(&ok, Some(4));
         assert!(matches!(
-            decode_reply(&ok, Some(4)),
-            Err(IggyError::Malformed(_))
+            out_of_step,
+            Err(IggyError::OutOfStep {
+                expected: 4,
+                got: 3
+            })
         ));
+        assert!(out_of_step.is_err_and(|e| e.is_transient()));
         let denied = reply(1009, Operation::NonReplicated, 3, b"");
         assert!(matches!(
             decode_reply(&denied, None),

@@ -16,10 +16,10 @@ use bytes::{Bytes, BytesMut};
 use iggy_binary_protocol::batch::decode_batch_slice;
 use iggy_binary_protocol::codes::{
     CREATE_CONSUMER_GROUP_CODE, CREATE_STREAM_CODE, CREATE_TOPIC_CODE, DELETE_CONSUMER_GROUP_CODE,
-    DELETE_STREAM_CODE, GET_CONSUMER_OFFSET_CODE, GET_TOPIC_CODE, JOIN_CONSUMER_GROUP_CODE,
-    LEAVE_CONSUMER_GROUP_CODE, LOGIN_REGISTER_CODE, LOGIN_REGISTER_WITH_PAT_CODE, LOGOUT_USER_CODE,
-    PING_CODE, POLL_MESSAGES_CODE, SEND_MESSAGES_CODE, STORE_CONSUMER_OFFSET_CODE,
-    SYNC_CONSUMER_GROUP_CODE,
+    DELETE_STREAM_CODE, GET_CONSUMER_OFFSET_CODE, GET_STREAM_CODE, GET_TOPIC_CODE,
+    JOIN_CONSUMER_GROUP_CODE, LEAVE_CONSUMER_GROUP_CODE, LOGIN_REGISTER_CODE,
+    LOGIN_REGISTER_WITH_PAT_CODE, LOGOUT_USER_CODE, PING_CODE, POLL_MESSAGES_CODE,
+    SEND_MESSAGES_CODE, STORE_CONSUMER_OFFSET_CODE, SYNC_CONSUMER_GROUP_CODE,
 };
 use iggy_binary_protocol::consensus::{result_code, result_section_len};
 use iggy_binary_protocol::requests::consumer_groups::{
@@ -32,7 +32,9 @@ use iggy_binary_protocol::requests::consumer_offsets::{
 use iggy_binary_protocol::requests::messages::{
     PollMessagesRequest, RawMessage, SendMessagesEncoder,
 };
-use iggy_binary_protocol::requests::streams::{CreateStreamRequest, DeleteStreamRequest};
+use iggy_binary_protocol::requests::streams::{
+    CreateStreamRequest, DeleteStreamRequest, GetStreamRequest,
+};
 use iggy_binary_protocol::requests::topics::{CreateTopicRequest, GetTopicRequest};
 use iggy_binary_protocol::requests::users::{LoginRegisterRequest, LoginRegisterWithPatRequest};
 use iggy_binary_protocol::responses::consumer_groups::SyncConsumerGroupResponse;
@@ -423,6 +425,22 @@ impl IggyAdmin {
         };
         self.request("create_stream", CREATE_STREAM_CODE, &body.to_bytes())
             .map(|_| ())
+    }
+
+    /// Whether a stream of this name exists (code 200, get stream; an unknown stream reads as
+    /// an empty reply or a not-found refusal).
+    pub fn stream_exists(&mut self, name: &str) -> Result<bool, HarnessError> {
+        let body = GetStreamRequest {
+            stream_id: ident(name)?,
+        };
+        match self.request("get_stream", GET_STREAM_CODE, &body.to_bytes()) {
+            Ok(reply) => Ok(!reply.is_empty()),
+            Err(HarnessError::IggyRefused {
+                code: codes::STREAM_ID_NOT_FOUND | codes::STREAM_NAME_NOT_FOUND,
+                ..
+            }) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Deletes a stream by name (code 203).

@@ -39,6 +39,7 @@
 //!   commits by the connection's logged-in client id, as the server does.
 
 mod admin;
+mod cluster;
 pub mod codes;
 mod groups;
 mod handlers;
@@ -54,6 +55,7 @@ use std::time::Duration;
 pub use admin::{
     IggyAdmin, PolledTestBatch, PolledTestMessage, TestConsumer, TestMessage, TestPolling,
 };
+pub use cluster::{IggyCluster, LEADER_TIMEOUT};
 pub use real::{IggyProcess, IggyProcessOpts, server_binary};
 
 use crate::HarnessError;
