@@ -209,44 +209,87 @@ fn a_join_refused_as_transient_is_sent_again_on_the_same_connection() {
 }
 
 #[test]
-fn a_server_that_does_not_accept_our_protocol_ends_the_engine_with_exit_2_and_says_why() {
-    // The STAND-IN: the real 0.9.0-edge.5 server accepts the protocol Spillway speaks; a server
-    // of another Iggy version is what the stand-in plays here (it accepts 0.12.x only).
-    let window = (
+fn servers_of_other_iggy_versions_end_the_engine_with_exit_2_and_check_connect_says_why() {
+    // The STAND-IN: the real 0.9.0-edge.5 server accepts the protocol Spillway speaks. It plays
+    // the two other kinds: a newer server that accepts protocol 0.12.x only (0.10.0 and later
+    // speak 0.12; it evicts the login with IncompatibleProtocol and its window), and an older
+    // one (0.8.x) whose framing answers the 256-byte header with 8-byte error heads.
+    let newer = IggyStandInOpts::new().protocol_window(
         pack_protocol_version(0, 12, 0),
         pack_protocol_version(0, 12, 9),
     );
-    let stand_in =
-        IggyStandIn::start_with(IggyStandInOpts::new().protocol_window(window.0, window.1))
+    let cases: [(&str, IggyStandInOpts, &[&str]); 2] = [
+        (
+            "newer",
+            newer,
+            &[
+                "this Iggy server does not accept protocol 0.11.0-edge.4",
+                "supports Iggy server 0.9.0 and 0.9.0-edge.5",
+                "accepts wire versions 0.12.0 to 0.12.9",
+            ],
+        ),
+        (
+            "older",
+            IggyStandInOpts::new().legacy_framing(),
+            &[
+                "answers with the framing of Iggy before 0.9",
+                "error 3 InvalidCommand",
+                "supports Iggy server 0.9.0 and 0.9.0-edge.5",
+            ],
+        ),
+    ];
+    for (name, opts, parts) in cases {
+        let stand_in = IggyStandIn::start_with(opts).unwrap();
+        let iggy = IggyServer::StandIn(stand_in);
+        let t = Topic {
+            stream: "any".into(),
+            topic: "any".into(),
+            partitions: 1,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.jsonl");
+        let cfg = config(&iggy, &t, "partitions = [0]", &out, "", "");
+        let started = Instant::now();
+        let mut engine = Engine::start(dir.path(), name, &cfg);
+        let status = engine
+            .wait(Duration::from_secs(20))
+            .expect("the engine stops by itself");
+        let log = engine.log();
+        assert_eq!(
+            status.code(),
+            Some(2),
+            "{name}: a configuration problem:\n{log}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{name}: no retrying: {log}"
+        );
+        assert!(!log.contains("retrying"), "{name}: {log}");
+        let path = dir.path().join(format!("{name}-check.toml"));
+        std::fs::write(&path, &cfg).unwrap();
+        let checked = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .args(["check", "--connect", "--config"])
+            .arg(&path)
+            .env("NO_COLOR", "1")
+            .output()
             .unwrap();
-    let iggy = IggyServer::StandIn(stand_in);
-    let t = Topic {
-        stream: "any".into(),
-        topic: "any".into(),
-        partitions: 1,
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.jsonl");
-    let cfg = config(&iggy, &t, "partitions = [0]", &out, "", "");
-    let started = Instant::now();
-    let mut engine = Engine::start(dir.path(), "protocol", &cfg);
-    let status = engine
-        .wait(Duration::from_secs(20))
-        .expect("the engine stops by itself");
-    let log = engine.log();
-    assert_eq!(status.code(), Some(2), "a configuration problem:\n{log}");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "no retrying: {log}"
-    );
-    for part in [
-        "this Iggy server does not accept protocol 0.11.0-edge.4",
-        "supports Iggy server 0.9.0-edge.5",
-        "accepts wire versions 0.12.0 to 0.12.9",
-    ] {
-        assert!(log.contains(part), "{part:?} missing from:\n{log}");
+        let said = String::from_utf8_lossy(&checked.stdout).into_owned();
+        assert_eq!(
+            checked.status.code(),
+            Some(1),
+            "{name}: problems found: {said}"
+        );
+        for part in parts {
+            assert!(
+                log.contains(part),
+                "{name}: {part:?} missing from the run's log:\n{log}"
+            );
+            assert!(
+                said.contains(part),
+                "{name}: {part:?} missing from check --connect:\n{said}"
+            );
+        }
     }
-    assert!(!log.contains("retrying"), "{log}");
 }
 
 /// A node that refuses every offset store with status 58 (`TransientNotAccepted`): SIGTERM

@@ -342,6 +342,28 @@ fn mqtt_and_s3_through_a_cluster_follow_two_leader_kills_and_lose_nothing() {
         )
         .replacen("partitions = [0, 1]", "consumer_group = \"cl-group\"", 1);
     let dir = tempfile::tempdir().unwrap();
+    // check --connect names the leader and the roster, whichever node it asked first.
+    let path = dir.path().join("check.toml");
+    std::fs::write(
+        &path,
+        cfg.replace(&cluster.addresses(), &cluster.addr(4).to_string()),
+    )
+    .unwrap();
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["check", "--connect", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&checked.stdout).into_owned();
+    let leader = cluster.wait_for_leader(LEADER_TIMEOUT).unwrap();
+    assert!(
+        said.contains(&format!(
+            "logged in at {}, the leader; cluster \"spillway-test\": node-0 ",
+            cluster.addr(leader)
+        )) && said.contains(&format!("node-{leader} {} leader", cluster.addr(leader)))
+            && checked.status.success(),
+        "{said}"
+    );
     let mut engine = Engine::start(dir.path(), "cluster-sinks", &cfg);
     let received = || sub.count();
     wait_until(

@@ -11,7 +11,7 @@ use monoio::time::timeout;
 use monoio_rustls::ClientTlsStream;
 
 use super::error::{IggyError, ResultCode};
-use super::proto::{HEADER_SIZE, RequestState, frame_size};
+use super::proto::{HEADER_SIZE, RequestState, frame_size, legacy_reply};
 
 /// Smallest room made in the read buffer before a read.
 const MIN_READ: usize = 64 * 1024;
@@ -221,11 +221,18 @@ impl Connection {
 
     async fn read_frame(&mut self) -> Result<Bytes, IggyError> {
         while self.read.len() < HEADER_SIZE {
-            self.read_more(HEADER_SIZE - self.read.len()).await?;
+            if let Err(e) = self.read_more(HEADER_SIZE - self.read.len()).await {
+                // A pre-0.9 server may close after its error answers.
+                return Err(
+                    legacy_reply(&self.read).map_or(e, |status| IggyError::LegacyServer { status })
+                );
+            }
         }
         let mut head = [0u8; HEADER_SIZE];
         head.copy_from_slice(&self.read[..HEADER_SIZE]);
-        let size = frame_size(&head)?;
+        let size = frame_size(&head).map_err(|e| {
+            legacy_reply(&head).map_or(e, |status| IggyError::LegacyServer { status })
+        })?;
         while self.read.len() < size {
             self.read_more(size - self.read.len()).await?;
         }

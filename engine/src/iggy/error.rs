@@ -5,8 +5,8 @@ use std::io;
 
 use iggy_binary_protocol::IGGY_PROTOCOL_VERSION;
 
-/// The Iggy server version whose wire protocol Spillway speaks.
-pub const SUPPORTED_SERVER: &str = "0.9.0-edge.5";
+/// The Iggy server versions whose wire protocol Spillway speaks.
+pub const SUPPORTED_SERVER: &str = "0.9.0 and 0.9.0-edge.5";
 /// The `iggy_binary_protocol` crate version that protocol comes from.
 pub const PROTOCOL_CRATE_VERSION: &str = "0.11.0-edge.4";
 
@@ -44,6 +44,12 @@ pub enum IggyError {
         server_max: u32,
         /// The oldest protocol the server accepts (packed).
         server_min: u32,
+    },
+    /// The server answered with the framing of Iggy before 0.9 (an 8-byte status and length
+    /// head, not the 256-byte header): a server older than the protocol Spillway speaks.
+    LegacyServer {
+        /// The status code of its first answer.
+        status: u32,
     },
     /// A frame or body that does not decode, or a checksum that does not match.
     Malformed(String),
@@ -84,6 +90,7 @@ impl IggyError {
                     | ResultCode::TransientNotAccepted
             ),
             IggyError::IncompatibleProtocol { .. }
+            | IggyError::LegacyServer { .. }
             | IggyError::Malformed(_)
             | IggyError::Tls(_)
             | IggyError::NotFound(_) => false,
@@ -93,7 +100,10 @@ impl IggyError {
     /// Whether the configuration cannot work with this server (the process exits 2): it
     /// speaks another protocol version.
     pub fn is_config(&self) -> bool {
-        matches!(self, IggyError::IncompatibleProtocol { .. })
+        matches!(
+            self,
+            IggyError::IncompatibleProtocol { .. } | IggyError::LegacyServer { .. }
+        )
     }
 
     /// The class the engine acts on: transient errors reconnect, the others end the run.
@@ -153,6 +163,15 @@ impl fmt::Display for IggyError {
                      Iggy server)",
                 )
             }
+            IggyError::LegacyServer { status } => write!(
+                f,
+                "this Iggy server answers with the framing of Iggy before 0.9 (an 8-byte head, \
+                 error {status} {}), not the 256-byte header of protocol {PROTOCOL_CRATE_VERSION}: \
+                 Spillway {} supports Iggy server {SUPPORTED_SERVER} (upgrade the server, or run \
+                 a Spillway built for yours; see README.md, Supported Iggy server)",
+                code_name(*status),
+                env!("CARGO_PKG_VERSION"),
+            ),
             IggyError::Malformed(what) => write!(f, "malformed data from Iggy: {what}"),
             IggyError::Tls(what) => write!(f, "TLS to Iggy: {what}"),
             IggyError::NotFound(what) => f.write_str(what),

@@ -138,6 +138,21 @@ pub fn frame_size(header: &[u8; HEADER_SIZE]) -> Result<usize, IggyError> {
     Ok(size)
 }
 
+/// Whether `head` (the first bytes a server answered with) reads as the framing of Iggy
+/// before 0.9: 8-byte heads of a little-endian status and payload length. Such a server
+/// answers the 256-byte request header, which it reads as requests of its own framing, with
+/// error heads (status nonzero, length 0); no 0.9 reply starts that way within a header whose
+/// size field is out of range. Returns the first status.
+pub fn legacy_reply(head: &[u8]) -> Option<u32> {
+    let word = |at: usize| -> Option<u32> {
+        let b: [u8; 4] = head.get(at..at + 4)?.try_into().ok()?;
+        Some(u32::from_le_bytes(b))
+    };
+    let status = word(0)?;
+    let length = word(4)?;
+    ((1..100_000).contains(&status) && length == 0).then_some(status)
+}
+
 /// The payload of a whole reply frame: an error for an eviction, a nonzero status or a failed
 /// result section.
 pub fn decode_reply(frame: &Bytes, expect_request: Option<u64>) -> Result<Bytes, IggyError> {
@@ -239,6 +254,32 @@ mod tests {
     }
 
     #[test]
+    fn a_pre_0_9_answer_is_told_apart_from_a_reply_header() {
+        // A pre-0.9 server reads the 256-byte header as 8-byte requests of its own framing and
+        // answers each with an error head: status 3 (InvalidCommand), length 0.
+        let run: Vec<u8> = (0..32)
+            .flat_map(|_| [3u32.to_le_bytes(), 0u32.to_le_bytes()].concat())
+            .collect();
+        assert_eq!(legacy_reply(&run), Some(3));
+        let mut head = [0u8; HEADER_SIZE];
+        head.copy_from_slice(&run[..HEADER_SIZE]);
+        assert!(frame_size(&head).is_err(), "its size field reads as 3");
+        let reply = ReplyHeader {
+            command: Command::Reply,
+            size: 300,
+            ..ReplyHeader::default()
+        };
+        assert_eq!(legacy_reply(bytemuck::bytes_of(&reply)), None);
+        assert_eq!(legacy_reply(&run[..6]), None, "too short to tell");
+        let e = IggyError::LegacyServer { status: 3 };
+        assert!(e.is_config() && !e.is_transient());
+        assert!(
+            e.to_string()
+                .contains("supports Iggy server 0.9.0 and 0.9.0-edge.5")
+        );
+    }
+
+    #[test]
     fn replies_and_errors() {
         let reply = |status: u32, op: Operation, request: u64, body: &[u8]| {
             let h = ReplyHeader {
@@ -313,7 +354,7 @@ mod tests {
         let text = e.to_string();
         for part in [
             "this Iggy server does not accept protocol 0.11.0-edge.4",
-            "supports Iggy server 0.9.0-edge.5",
+            "supports Iggy server 0.9.0 and 0.9.0-edge.5",
             "accepts wire versions 0.12.0 to 0.12.3",
         ] {
             assert!(text.contains(part), "{part:?} missing from: {text}");

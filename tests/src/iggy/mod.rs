@@ -76,6 +76,7 @@ pub struct IggyStandInOpts {
     revocation_timeout: Duration,
     tls: bool,
     protocol_window: Option<(u32, u32)>,
+    legacy_framing: bool,
     partition_dedup: bool,
 }
 
@@ -95,6 +96,7 @@ impl fmt::Debug for IggyStandInOpts {
             .field("revocation_timeout", &self.revocation_timeout)
             .field("tls", &self.tls)
             .field("protocol_window", &self.protocol_window)
+            .field("legacy_framing", &self.legacy_framing)
             .field("partition_dedup", &self.partition_dedup)
             .finish()
     }
@@ -109,6 +111,7 @@ impl Default for IggyStandInOpts {
             revocation_timeout: Duration::from_secs(30),
             tls: false,
             protocol_window: None,
+            legacy_framing: false,
             partition_dedup: false,
         }
     }
@@ -165,6 +168,16 @@ impl IggyStandInOpts {
     /// here.
     pub fn partition_dedup(mut self) -> Self {
         self.partition_dedup = true;
+        self
+    }
+
+    /// Plays an Iggy server older than 0.9, which has the old framing (a request is a 4-byte
+    /// length, a 4-byte code and the payload; a reply an 8-byte status and length head): it
+    /// reads the 256-byte header as 8-byte requests of its own and answers each with the error
+    /// head `InvalidCommand` (3), length 0, as seen from an 0.8.x server. The real 0.9.0-edge.5
+    /// server cannot be made to speak the old framing.
+    pub fn legacy_framing(mut self) -> Self {
+        self.legacy_framing = true;
         self
     }
 
@@ -245,6 +258,7 @@ impl IggyStandIn {
         } else {
             (None, None)
         };
+        state.legacy_framing = opts.legacy_framing;
         let server = Server::start(state, opts.eviction_timeout, tls)?;
         Ok(IggyStandIn {
             server,

@@ -240,6 +240,10 @@ fn spawn_serve<S: Read + Write + Send + 'static>(
 /// cannot be written, or the server stops. Then the connection's session ends as on a real
 /// disconnect (it leaves its groups).
 fn serve(shared: &Shared, id: u64, mut stream: impl Read + Write) {
+    if lock(&shared.state).legacy_framing {
+        serve_legacy(shared, &mut stream);
+        return;
+    }
     let mut reader = FrameReader::default();
     while !shared.stop.load(Ordering::SeqCst) {
         match reader.read(&mut stream) {
@@ -262,6 +266,35 @@ fn serve(shared: &Shared, id: u64, mut stream: impl Read + Write) {
     let socket = lock(&shared.connections).remove(&id);
     if let Some(socket) = socket {
         let _ = socket.shutdown(Shutdown::Both);
+    }
+}
+
+/// A server before 0.9: every 8 bytes read are a request head (length, code) it cannot take,
+/// answered with the error head InvalidCommand (3), length 0; the connection closes once the
+/// peer does or the server stops.
+fn serve_legacy(shared: &Shared, stream: &mut (impl Read + Write)) {
+    let mut head = [0u8; 8];
+    let mut answer = Vec::with_capacity(8);
+    answer.extend_from_slice(&3u32.to_le_bytes());
+    answer.extend_from_slice(&0u32.to_le_bytes());
+    while !shared.stop.load(Ordering::SeqCst) {
+        match stream.read_exact(&mut head) {
+            Ok(()) => {
+                if stream
+                    .write_all(&answer)
+                    .and_then(|()| stream.flush())
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return,
+        }
     }
 }
 

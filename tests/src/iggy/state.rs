@@ -492,6 +492,8 @@ pub(crate) struct State {
     pub(crate) refuse_stores: bool,
     /// The protocol window `(min, max)` accepted at login; `None`: the crate's own.
     pub(crate) protocol_window: Option<(u32, u32)>,
+    /// Answer with the pre-0.9 framing (see `IggyStandInOpts::legacy_framing`).
+    pub(crate) legacy_framing: bool,
     /// The released 0.9.0 server's rule: a partition write (send messages, store or delete an
     /// offset) whose request number is not above the client's last one is a duplicate,
     /// answered with an empty success and not applied. The last number per client.
@@ -517,6 +519,7 @@ impl State {
             transient_refusals: 0,
             refuse_stores: false,
             protocol_window: None,
+            legacy_framing: false,
             partition_dedup: None,
         }
     }
