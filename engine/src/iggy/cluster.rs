@@ -126,9 +126,12 @@ pub struct Finder {
     /// The node talked to last (the leader, or the lone server).
     current: Option<String>,
     roster: Option<Roster>,
-    /// The client id every connection of this finder logs in with, on a cluster (see
-    /// [`Finder::connect`]).
-    client: u128,
+    /// The client id every connection logs in with once a cluster was seen: the first
+    /// connection's. A consumer group keeps its members by client id, and the new leader's
+    /// group still lists the member this client was; a reconnect under a new id would be a
+    /// second member, and the partitions dealt to the first (whose session is gone) would never
+    /// be read again. A lone server gets a fresh id per connection, as before.
+    client: Option<u128>,
 }
 
 impl Finder {
@@ -139,7 +142,7 @@ impl Finder {
             known: Vec::new(),
             current: None,
             roster: None,
-            client: super::proto::new_client_id(),
+            client: None,
         }
     }
 
@@ -197,12 +200,13 @@ impl Finder {
         address: &str,
         creds: &Credentials,
     ) -> Result<Result<IggyClient, String>, IggyError> {
-        let mut client = IggyClient::connect(endpoint, address, Some(self.client), creds).await?;
+        let mut client = IggyClient::connect(endpoint, address, self.client, creds).await?;
         let Some(roster) = client.cluster_metadata().await? else {
             self.settle(address, None);
             return Ok(Ok(client));
         };
         client.set_clustered(true);
+        self.client.get_or_insert(client.client_id());
         self.known = roster.nodes.iter().map(|n| n.address.clone()).collect();
         let Some(leader) = roster.leader().map(|n| n.address.clone()) else {
             let why = format!("no leader in {} (an election?)", roster.describe());
@@ -216,7 +220,7 @@ impl Finder {
         drop(client);
         // The leader the roster names must call itself leader too: a node that missed a view
         // change may name the old one.
-        let mut client = IggyClient::connect(endpoint, &leader, Some(self.client), creds).await?;
+        let mut client = IggyClient::connect(endpoint, &leader, self.client, creds).await?;
         let Some(seen) = client.cluster_metadata().await? else {
             return Ok(Err(format!("{leader} named as leader runs alone")));
         };

@@ -121,7 +121,7 @@ impl Default for RequestState {
 }
 
 /// A random nonzero client id.
-pub fn new_client_id() -> u128 {
+fn new_client_id() -> u128 {
     (u128::from(fastrand::u64(..)) << 64 | u128::from(fastrand::u64(..))).max(1)
 }
 
