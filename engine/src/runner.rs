@@ -425,6 +425,9 @@ impl Runner {
         if let Source::Iggy(src) = &mut self.source {
             src.client = None;
             src.heads = None;
+            if matches!(e, IggyError::Evicted { .. }) {
+                src.finder.forget_client();
+            }
         }
         if class == ErrorClass::Transient {
             return EngineError::transient(e.to_string());

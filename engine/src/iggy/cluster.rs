@@ -156,6 +156,12 @@ impl Finder {
         self.current.as_deref()
     }
 
+    /// Takes a new client id at the next connect: the server evicted this one (its session is
+    /// over, and the same id would be refused again).
+    pub fn forget_client(&mut self) {
+        self.client = None;
+    }
+
     /// Where to look, in order: the node talked to last, the roster, the configured addresses.
     fn candidates(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
