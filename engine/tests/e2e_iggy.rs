@@ -223,7 +223,7 @@ fn servers_of_other_iggy_versions_end_the_engine_with_exit_2_and_check_connect_s
             "newer",
             newer,
             &[
-                "this Iggy server does not accept protocol 0.11.0-edge.4",
+                "this Iggy server does not accept protocol 0.11.0 ",
                 "supports Iggy server 0.9.0 and 0.9.0-edge.5",
                 "accepts wire versions 0.12.0 to 0.12.9",
             ],

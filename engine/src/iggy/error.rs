@@ -8,7 +8,7 @@ use iggy_binary_protocol::IGGY_PROTOCOL_VERSION;
 /// The Iggy server versions whose wire protocol Spillway speaks.
 pub const SUPPORTED_SERVER: &str = "0.9.0 and 0.9.0-edge.5";
 /// The `iggy_binary_protocol` crate version that protocol comes from.
-pub const PROTOCOL_CRATE_VERSION: &str = "0.11.0-edge.4";
+pub const PROTOCOL_CRATE_VERSION: &str = "0.11.0";
 
 /// A packed protocol version (`major << 20 | minor << 10 | patch`) as `major.minor.patch`.
 pub fn version_text(packed: u32) -> String {

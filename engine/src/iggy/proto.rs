@@ -1,5 +1,5 @@
 //! The Iggy TCP frame layer, sans-IO: request headers out, reply headers in (server
-//! 0.9.0-edge.5, `iggy_binary_protocol` 0.11.0-edge.4; see `engine/iggy-protocol.md`).
+//! 0.9.0 and 0.9.0-edge.5, `iggy_binary_protocol` 0.11.0; see `engine/iggy-protocol.md`).
 //!
 //! Every frame is a 256-byte header (its total size at byte 48) and a body. Requests carry the
 //! connection's random client id, the session from the login reply and a request number that
@@ -353,7 +353,7 @@ mod tests {
         assert!(e.is_config() && !e.is_transient(), "{e:?}");
         let text = e.to_string();
         for part in [
-            "this Iggy server does not accept protocol 0.11.0-edge.4",
+            "this Iggy server does not accept protocol 0.11.0 ",
             "supports Iggy server 0.9.0 and 0.9.0-edge.5",
             "accepts wire versions 0.12.0 to 0.12.3",
         ] {

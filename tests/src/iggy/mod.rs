@@ -3,7 +3,7 @@
 //! synchronous admin client.
 //!
 //! [`IggyStandIn`] is a STAND-IN for the Iggy server, not the real server. It is built on the
-//! real wire-format crate (`iggy_binary_protocol =0.11.0-edge.4`, the format of server
+//! real wire-format crate (`iggy_binary_protocol =0.11.0`, the format of servers 0.9.0 and
 //! 0.9.0-edge.5) and imitates the server's observable behaviour, as read from the server source
 //! (`core/server/src/dispatch.rs`, `responses.rs`, `core/metadata/src/stm/consumer_group.rs`,
 //! `core/partitions`): VSR 256-byte framing, login (password or personal access token),
