@@ -205,19 +205,7 @@ impl IggyCluster {
 
     /// Waits until the nodes agree on a leader; its index.
     pub fn wait_for_leader(&mut self, within: Duration) -> Result<usize, HarnessError> {
-        let until = Instant::now() + within;
-        loop {
-            if let Some(i) = self.leader() {
-                return Ok(i);
-            }
-            if Instant::now() > until {
-                return Err(HarnessError::Timeout {
-                    waiting_for: "the Iggy cluster to agree on a leader",
-                    waited: within,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.wait_for_leader_but(None, within)
     }
 
     /// Waits for a leader other than `old`; its index.
@@ -226,14 +214,26 @@ impl IggyCluster {
         old: usize,
         within: Duration,
     ) -> Result<usize, HarnessError> {
+        self.wait_for_leader_but(Some(old), within)
+    }
+
+    fn wait_for_leader_but(
+        &mut self,
+        old: Option<usize>,
+        within: Duration,
+    ) -> Result<usize, HarnessError> {
         let until = Instant::now() + within;
         loop {
-            if let Some(i) = self.leader().filter(|&i| i != old) {
+            if let Some(i) = self.leader().filter(|&i| Some(i) != old) {
                 return Ok(i);
             }
             if Instant::now() > until {
                 return Err(HarnessError::Timeout {
-                    waiting_for: "another Iggy node to lead",
+                    waiting_for: if old.is_some() {
+                        "another Iggy node to lead"
+                    } else {
+                        "the Iggy cluster to agree on a leader"
+                    },
                     waited: within,
                 });
             }
