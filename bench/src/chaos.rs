@@ -26,6 +26,13 @@
 //! offsets, deletes and re-creates the group, stores the offsets back as its only member and
 //! thaws the engines, which join again (`Campaign::clear_restored_members`).
 //!
+//! **On a cluster** (`SPILLWAY_BENCH_CHAOS_CLUSTER=N`, N ≥ 3 nodes of the same server, see
+//! `spillway_tests::IggyCluster`): both engines are given every node's address (no cut proxy),
+//! and the Iggy faults (a cut, a kill) become leader kills: the node that leads is SIGKILLed,
+//! another leads within the server's 5 s heartbeat timeout, the killed node is started again
+//! 0.5-3 s later and brought in step before the next fault. The producer and the campaign's own
+//! connections follow the leader; no group is re-created. Not part of `all` or CI; run by hand.
+//!
 //! Pauses and cuts run on while the next faults come (they overlap); a pause or a cut drawn while
 //! one is under way extends it. The first fault of every run is a pause and the second a cut, so
 //! even the one-minute run has both.
@@ -68,6 +75,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+use spillway_tests::iggy::{DEFAULT_CREDENTIALS, IggyCluster, LEADER_TIMEOUT, leader_admin};
 use spillway_tests::{
     BlackHoleProxy, FaultPlan, FaultProxy, IggyAdmin, IggyProcess, IggyProcessOpts, Mosquitto,
     MqttCountProxy, S3Server, TestConsumer, TestMessage,
@@ -100,6 +108,8 @@ const CUT_MS: Range<u64> = 4000..7000;
 const FAULT_EVERY_MS: Range<u64> = 1500..4000;
 /// Seconds of campaign, instead of the default.
 pub const SECS_ENV: &str = "SPILLWAY_BENCH_CHAOS_SECS";
+/// Run against a replicated Iggy cluster of this many nodes (3 or more) instead of one server.
+pub const CLUSTER_ENV: &str = "SPILLWAY_BENCH_CHAOS_CLUSTER";
 /// The nemesis's seed (decimal, or hex with `0x`), instead of a fresh one.
 pub const SEED_ENV: &str = "SPILLWAY_BENCH_CHAOS_SEED";
 
@@ -116,10 +126,11 @@ enum Fault {
     MqttBlackHole,
     S3Stall,
     S3Faults,
+    IggyLeaderKill,
 }
 
 impl Fault {
-    const ALL: [Fault; 10] = [
+    const ALL: [Fault; 11] = [
         Fault::EngineKill,
         Fault::EnginePause,
         Fault::IggyCut,
@@ -130,6 +141,7 @@ impl Fault {
         Fault::MqttBlackHole,
         Fault::S3Stall,
         Fault::S3Faults,
+        Fault::IggyLeaderKill,
     ];
 
     fn label(self) -> &'static str {
@@ -138,6 +150,7 @@ impl Fault {
             Fault::EnginePause => "engine pause (SIGSTOP 3-6 s, past the eviction)",
             Fault::IggyCut => "Iggy cut (A's Iggy link black-holed 4-7 s)",
             Fault::IggyKill => "Iggy SIGKILL",
+            Fault::IggyLeaderKill => "Iggy leader SIGKILL + restart (cluster)",
             Fault::S3Kill => "s3s-fs SIGKILL",
             Fault::MosquittoRestart => "mosquitto restart",
             Fault::MqttDrop => "MQTT connections dropped",
@@ -153,6 +166,7 @@ impl Fault {
             Fault::EnginePause => "faults_engine_pause",
             Fault::IggyCut => "faults_iggy_cut",
             Fault::IggyKill => "faults_iggy_sigkill",
+            Fault::IggyLeaderKill => "faults_iggy_leader_sigkill",
             Fault::S3Kill => "faults_s3s_fs_sigkill",
             Fault::MosquittoRestart => "faults_mosquitto_restart",
             Fault::MqttDrop => "faults_mqtt_dropped",
@@ -229,9 +243,32 @@ pub fn run(
         .join(format!("{seed:x}-{now}"));
     std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
     let binary = engine_process::binary()?;
-    let iggy = IggyProcess::start_with(IggyProcessOpts::new().heartbeat_interval(HEARTBEAT))
-        .map_err(|e| format!("chaos needs the real Iggy server: {e}"))?;
-    let cut = BlackHoleProxy::start(iggy.addr()).map_err(|e| format!("black-hole proxy: {e}"))?;
+    let cluster = std::env::var(CLUSTER_ENV)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| match v.trim().parse::<usize>() {
+            Ok(n) if n >= 3 => Ok(n),
+            _ => Err(format!("{CLUSTER_ENV}={v}: a node count of 3 or more")),
+        })
+        .transpose()?;
+    let iggy = match cluster {
+        None => IggyKind::Single(Box::new(
+            IggyProcess::start_with(IggyProcessOpts::new().heartbeat_interval(HEARTBEAT))
+                .map_err(|e| format!("chaos needs the real Iggy server: {e}"))?,
+        )),
+        Some(n) => {
+            let heartbeat = format!("{}ms", HEARTBEAT.as_millis());
+            IggyKind::Cluster(
+                IggyCluster::start_with(n, &[("IGGY_HEARTBEAT_INTERVAL", heartbeat.as_str())])
+                    .map_err(|e| format!("chaos needs the real Iggy server as a cluster: {e}"))?,
+            )
+        }
+    };
+    let first = match &iggy {
+        IggyKind::Single(p) => p.addr(),
+        IggyKind::Cluster(c) => c.addr(0),
+    };
+    let cut = BlackHoleProxy::start(first).map_err(|e| format!("black-hole proxy: {e}"))?;
     let broker = Mosquitto::start_default().map_err(|e| format!("mosquitto: {e}"))?;
     let mqtt = MqttCountProxy::start(broker.addr()).map_err(|e| format!("MQTT proxy: {e}"))?;
     let s3 = S3Server::start().map_err(|e| format!("s3s-fs: {e}"))?;
@@ -268,8 +305,30 @@ pub fn run(
     Ok(report(&outcome, secs, seed, took))
 }
 
+/// Where the campaign's own Iggy connections go: the server, or whichever node of the cluster
+/// leads.
+#[derive(Clone)]
+struct IggyAt {
+    nodes: Vec<SocketAddr>,
+    username: String,
+    password: String,
+}
+
+impl IggyAt {
+    fn connect(&self) -> Result<IggyAdmin, String> {
+        leader_admin(&self.nodes, &self.username, &self.password)
+            .map_err(|e| format!("Iggy admin: {e}"))
+    }
+}
+
+/// The Iggy the campaign runs: one server, or a replicated cluster.
+enum IggyKind {
+    Single(Box<IggyProcess>),
+    Cluster(IggyCluster),
+}
+
 struct World {
-    iggy: IggyProcess,
+    iggy: IggyKind,
     /// Engine A's way to Iggy.
     cut: BlackHoleProxy,
     broker: Mosquitto,
@@ -283,18 +342,36 @@ struct World {
 }
 
 impl World {
+    fn iggy_at(&self) -> IggyAt {
+        match &self.iggy {
+            IggyKind::Single(p) => IggyAt {
+                nodes: vec![p.addr()],
+                username: p.username().to_owned(),
+                password: p.password().to_owned(),
+            },
+            IggyKind::Cluster(c) => IggyAt {
+                nodes: c.addrs(),
+                username: DEFAULT_CREDENTIALS.0.to_owned(),
+                password: DEFAULT_CREDENTIALS.1.to_owned(),
+            },
+        }
+    }
+
     fn admin(&self) -> Result<IggyAdmin, String> {
-        IggyAdmin::connect(self.iggy.addr(), self.iggy.username(), self.iggy.password())
-            .map_err(|e| format!("Iggy admin: {e}"))
+        self.iggy_at().connect()
     }
 
     /// The config of engine `name`: A reaches Iggy through the black-hole proxy, B directly.
     fn engine_config(&self, name: &str) -> String {
-        let iggy = if name == "A" {
-            self.cut.host_port()
-        } else {
-            self.iggy.addr().to_string()
+        let at = self.iggy_at();
+        let iggy = match &self.iggy {
+            // On a cluster both engines are given every node: a cut of one proxied node would
+            // not cut an engine that follows the leader elsewhere.
+            IggyKind::Cluster(c) => c.addresses(),
+            IggyKind::Single(_) if name == "A" => self.cut.host_port(),
+            IggyKind::Single(p) => p.addr().to_string(),
         };
+        let user = at.username;
         format!(
             r#"
 [iggy]
@@ -355,7 +432,6 @@ request_attempts = 3
 retry_min = "100ms"
 retry_max = "1s"
 "#,
-            user = self.iggy.username(),
             stream = self.stream,
             mqtt = self.mqtt.host_port(),
             bucket = self.s3.bucket(),
@@ -388,7 +464,7 @@ struct SeenObjects {
 struct Campaign<'a> {
     world: World,
     members: Vec<Member>,
-    addr: (SocketAddr, String, String),
+    addr: IggyAt,
     admin: Option<IggyAdmin>,
     /// The broker's acknowledgements so far, (partition, offset) -> count.
     acked: HashMap<(u32, u64), u32>,
@@ -408,11 +484,7 @@ struct Campaign<'a> {
 
 impl<'a> Campaign<'a> {
     fn new(world: World, seed: u64, progress: &'a mut dyn FnMut(&str)) -> Campaign<'a> {
-        let addr = (
-            world.iggy.addr(),
-            world.iggy.username().to_owned(),
-            world.iggy.password().to_owned(),
-        );
+        let addr = world.iggy_at();
         let outcome = Outcome {
             logs: world.logs.clone(),
             ..Outcome::default()
@@ -486,7 +558,13 @@ impl<'a> Campaign<'a> {
             next_fault = Instant::now() + Duration::from_millis(self.rng.u64(FAULT_EVERY_MS));
             // Every fault draws the same values, whichever it is, so a seed replays the same
             // choices even when timing makes one of them extend a pause or a cut.
-            let drawn = Fault::ALL[self.rng.usize(..Fault::ALL.len())];
+            // A run on one server draws from the kinds before the leader kill, as it always did
+            // (a seed replays the same choices).
+            let kinds = match self.world.iggy {
+                IggyKind::Single(_) => &Fault::ALL[..Fault::ALL.len() - 1],
+                IggyKind::Cluster(_) => &Fault::ALL[..],
+            };
+            let drawn = kinds[self.rng.usize(..kinds.len())];
             let target = self.rng.usize(..self.members.len());
             let fraction = self.rng.f64();
             let sub_seed = self.rng.u64(..);
@@ -497,6 +575,13 @@ impl<'a> Campaign<'a> {
                 0 => Fault::EnginePause,
                 1 => Fault::IggyCut,
                 _ => drawn,
+            };
+            // On a cluster the Iggy faults are leader kills: the engines are given every node
+            // (no cut proxy), and a kill of a whole one-node server is the single run's.
+            let kind = match (&self.world.iggy, kind) {
+                (IggyKind::Cluster(_), Fault::IggyCut | Fault::IggyKill) => Fault::IggyLeaderKill,
+                (IggyKind::Single(_), Fault::IggyLeaderKill) => Fault::IggyKill,
+                (_, kind) => kind,
             };
             *self.outcome.faults.entry(kind).or_default() += 1;
             self.inject(kind, target, fraction, sub_seed, hold)?;
@@ -584,13 +669,17 @@ impl<'a> Campaign<'a> {
                 // The producer's batch in flight finishes (and is flushed) first.
                 self.wait(Duration::from_millis(300))?;
                 self.admin = None;
-                let restarted = self.world.iggy.kill_and_restart();
+                let restarted = match &mut self.world.iggy {
+                    IggyKind::Single(p) => p.kill_and_restart(),
+                    IggyKind::Cluster(c) => c.restart_all(),
+                };
                 hold.store(false, Ordering::SeqCst);
                 restarted.map_err(|e| format!("restarting Iggy: {e}"))?;
                 // The engines reconnect and join again meanwhile.
                 self.wait(settle)?;
                 self.clear_restored_members()?;
             }
+            Fault::IggyLeaderKill => self.kill_leader(fraction)?,
             Fault::S3Kill => {
                 let gap = Self::within(&(200..1500), fraction);
                 self.note_fault(format!("{}: down {} ms", kind.label(), gap.as_millis()));
@@ -639,6 +728,43 @@ impl<'a> Campaign<'a> {
                 self.s3_plan_for(plan, Duration::from_secs(2))?;
             }
         }
+        Ok(())
+    }
+
+    /// On a cluster: SIGKILLs the node that leads, waits for another to lead, keeps the killed
+    /// one down 0.5-3 s more, starts it again and waits until it is in step (it holds what the
+    /// leader holds), so that the next kill leaves a quorum. The producer and the engines go on
+    /// throughout; they follow the new leader by themselves.
+    fn kill_leader(&mut self, fraction: f64) -> Result<(), String> {
+        let down = Self::within(&(500..3000), fraction);
+        let stream = self.world.stream.clone();
+        let IggyKind::Cluster(cluster) = &mut self.world.iggy else {
+            return Ok(());
+        };
+        let leader = cluster
+            .wait_for_leader(LEADER_TIMEOUT)
+            .map_err(|e| format!("the cluster before a leader kill: {e}"))?;
+        let killed = Instant::now();
+        cluster.kill(leader).map_err(|e| e.to_string())?;
+        let next = cluster
+            .wait_for_new_leader(leader, LEADER_TIMEOUT)
+            .map_err(|e| format!("after killing leader node {leader}: {e}"))?;
+        let elected = killed.elapsed();
+        self.admin = None;
+        self.note_fault(format!(
+            "{}: node {leader} killed, node {next} led after {} ms; back after {} ms more",
+            Fault::IggyLeaderKill.label(),
+            elected.as_millis(),
+            down.as_millis()
+        ));
+        self.wait(down)?;
+        let IggyKind::Cluster(cluster) = &mut self.world.iggy else {
+            return Ok(());
+        };
+        cluster.restart(leader).map_err(|e| e.to_string())?;
+        cluster
+            .wait_in_step(leader, &stream, TOPIC, Duration::from_secs(20))
+            .map_err(|e| format!("node {leader} after its restart: {e}"))?;
         Ok(())
     }
 
@@ -769,14 +895,12 @@ impl<'a> Campaign<'a> {
     fn start_member(&mut self, i: usize) -> Result<(), String> {
         let name = self.members[i].name;
         let config = self.world.engine_config(name);
+        let password = self.world.iggy_at().password;
         let process = EngineProcess::start(
             &self.world.binary,
             &config,
             &[
-                (
-                    spillway::config::ENV_IGGY_PASSWORD,
-                    self.world.iggy.password(),
-                ),
+                (spillway::config::ENV_IGGY_PASSWORD, password.as_str()),
                 ("NO_COLOR", "1"),
             ],
         )?;
@@ -818,7 +942,11 @@ impl<'a> Campaign<'a> {
         for i in 0..self.members.len() {
             self.retire_member(i);
         }
-        let _ = std::fs::write(self.world.logs.join("iggy.log"), self.world.iggy.log());
+        let iggy_log = match &self.world.iggy {
+            IggyKind::Single(p) => p.log(),
+            IggyKind::Cluster(c) => c.logs(),
+        };
+        let _ = std::fs::write(self.world.logs.join("iggy.log"), iggy_log);
         let _ = std::fs::write(
             self.world.logs.join("timeline.txt"),
             self.outcome.timeline.join("\n") + "\n",
@@ -887,7 +1015,7 @@ impl<'a> Campaign<'a> {
     /// The admin connection, connected again if it was lost.
     fn admin(&mut self) -> Option<&mut IggyAdmin> {
         if self.admin.is_none() {
-            self.admin = IggyAdmin::connect(self.addr.0, &self.addr.1, &self.addr.2).ok();
+            self.admin = self.addr.connect().ok();
         }
         self.admin.as_mut()
     }
@@ -1161,12 +1289,12 @@ fn note(list: &mut Vec<String>, what: String) {
     }
 }
 
-fn reconnect(addr: &(SocketAddr, String, String)) -> Result<IggyAdmin, String> {
+fn reconnect(addr: &IggyAt) -> Result<IggyAdmin, String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match IggyAdmin::connect(addr.0, &addr.1, &addr.2) {
+        match addr.connect() {
             Ok(a) => return Ok(a),
-            Err(e) if Instant::now() > deadline => return Err(format!("Iggy admin: {e}")),
+            Err(e) if Instant::now() > deadline => return Err(e),
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
     }
@@ -1174,12 +1302,7 @@ fn reconnect(addr: &(SocketAddr, String, String)) -> Result<IggyAdmin, String> {
 
 /// Appends batches of [`BATCH`] messages to the partitions in turn, about 10,000 a second,
 /// holding while `hold` is set and reconnecting after a failure.
-fn produce(
-    addr: &(SocketAddr, String, String),
-    stream: &str,
-    stop: &AtomicBool,
-    hold: &AtomicBool,
-) {
+fn produce(addr: &IggyAt, stream: &str, stop: &AtomicBool, hold: &AtomicBool) {
     let mut admin: Option<IggyAdmin> = None;
     let mut seq = 0u64;
     let mut partition = 0u32;
@@ -1190,7 +1313,7 @@ fn produce(
             continue;
         }
         let Some(a) = admin.as_mut() else {
-            admin = IggyAdmin::connect(addr.0, &addr.1, &addr.2).ok();
+            admin = addr.connect().ok();
             if admin.is_none() {
                 std::thread::sleep(Duration::from_millis(100));
             }

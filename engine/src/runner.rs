@@ -425,7 +425,13 @@ impl Runner {
         if let Source::Iggy(src) = &mut self.source {
             src.client = None;
             src.heads = None;
-            if matches!(e, IggyError::Evicted { .. }) {
+            if matches!(
+                e,
+                IggyError::Evicted { .. }
+                    | IggyError::Status {
+                        code: ResultCode::RequestAlreadyApplied
+                    }
+            ) {
                 src.finder.forget_client();
             }
         }

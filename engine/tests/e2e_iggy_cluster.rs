@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::{Engine, Topic, by_partition, lines, wait_until};
-use spillway_tests::iggy::{IggyCluster, LEADER_TIMEOUT};
+use spillway_tests::iggy::{IggyCluster, LEADER_TIMEOUT, leader_admin};
 use spillway_tests::{HarnessError, IggyAdmin, TestConsumer, TestMessage};
 use spillway_tests::{Mosquitto, MosquittoOpts, S3Server, Subscriber, SubscriberOpts};
 
@@ -79,7 +79,7 @@ impl Producer {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     if admin.is_none() {
-                        admin = leader_admin(&addrs);
+                        admin = leader_admin(&addrs, "iggy", "iggy").ok();
                         if admin.is_none() {
                             std::thread::sleep(Duration::from_millis(100));
                             continue;
@@ -125,31 +125,6 @@ impl Producer {
             t.join().unwrap();
         }
     }
-}
-
-/// An admin connection to the node that calls itself leader, if one answers.
-fn leader_admin(addrs: &[std::net::SocketAddr]) -> Option<IggyAdmin> {
-    use iggy_binary_protocol::WireDecode;
-    use iggy_binary_protocol::responses::system::ClusterMetadataResponse;
-    for addr in addrs {
-        let Ok(mut admin) = IggyAdmin::connect(*addr, "iggy", "iggy") else {
-            continue;
-        };
-        let Ok(body) = admin.request("cluster metadata", 12, &[]) else {
-            continue;
-        };
-        let Ok(roster) = ClusterMetadataResponse::decode_from(&body) else {
-            continue;
-        };
-        if roster
-            .nodes
-            .iter()
-            .any(|n| n.role == 0 && n.tcp_port == addr.port())
-        {
-            return Some(admin);
-        }
-    }
-    None
 }
 
 /// Each partition's message count on the leader.

@@ -38,6 +38,7 @@ use super::cluster::Roster;
 use super::conn::{Connection, Endpoint};
 use super::error::{IggyError, ResultCode};
 use super::poll::{self, Polled};
+use super::proto::Identity;
 use crate::config::{Ident, Secret};
 use crate::message::Message;
 
@@ -84,16 +85,16 @@ pub struct PartitionState {
 }
 
 impl IggyClient {
-    /// Connects to `address` and logs in, all within the endpoint's connect timeout, as client
-    /// `client` (a random id when `None`).
+    /// Connects to `address` and logs in, all within the endpoint's connect timeout, as
+    /// `identity` (a fresh one when `None`).
     pub async fn connect(
         endpoint: &Endpoint,
         address: &str,
-        client: Option<u128>,
+        identity: Option<Identity>,
         creds: &Credentials,
     ) -> Result<IggyClient, IggyError> {
         timeout(endpoint.connect_timeout * 2, async {
-            let mut conn = Connection::open(endpoint, address, client).await?;
+            let mut conn = Connection::open(endpoint, address, identity).await?;
             let version_info = ClientVersionInfo {
                 protocol_version: IGGY_PROTOCOL_VERSION,
                 sdk_name: WireName::new("spillway").map_err(malformed)?,
@@ -152,6 +153,11 @@ impl IggyClient {
     /// Bounds every request by `until` as well (see [`Connection::cap_requests`]).
     pub fn cap_requests(&mut self, until: Option<Instant>) {
         self.conn.cap_requests(until);
+    }
+
+    /// This connection's client identity (id and request counter).
+    pub fn identity(&self) -> Identity {
+        self.conn.identity()
     }
 
     /// This connection's client id (its consumer-group member id).

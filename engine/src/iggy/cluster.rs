@@ -17,6 +17,7 @@ use iggy_binary_protocol::responses::system::ClusterMetadataResponse;
 use super::client::{Credentials, IggyClient};
 use super::conn::Endpoint;
 use super::error::IggyError;
+use super::proto::Identity;
 
 /// A node's role as the roster gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,7 +132,7 @@ pub struct Finder {
     /// group still lists the member this client was; a reconnect under a new id would be a
     /// second member, and the partitions dealt to the first (whose session is gone) would never
     /// be read again. A lone server gets a fresh id per connection, as before.
-    client: Option<u128>,
+    client: Option<Identity>,
 }
 
 impl Finder {
@@ -156,8 +157,8 @@ impl Finder {
         self.current.as_deref()
     }
 
-    /// Takes a new client id at the next connect: the server evicted this one (its session is
-    /// over, and the same id would be refused again).
+    /// Takes a new client identity at the next connect: the server evicted this one (its
+    /// session is over), or took its requests for ones already applied (59).
     pub fn forget_client(&mut self) {
         self.client = None;
     }
@@ -206,13 +207,15 @@ impl Finder {
         address: &str,
         creds: &Credentials,
     ) -> Result<Result<IggyClient, String>, IggyError> {
-        let mut client = IggyClient::connect(endpoint, address, self.client, creds).await?;
+        let mut client = IggyClient::connect(endpoint, address, self.client.clone(), creds).await?;
         let Some(roster) = client.cluster_metadata().await? else {
             self.settle(address, None);
             return Ok(Ok(client));
         };
         client.set_clustered(true);
-        self.client.get_or_insert(client.client_id());
+        if self.client.is_none() {
+            self.client = Some(client.identity());
+        }
         self.known = roster.nodes.iter().map(|n| n.address.clone()).collect();
         let Some(leader) = roster.leader().map(|n| n.address.clone()) else {
             let why = format!("no leader in {} (an election?)", roster.describe());
@@ -226,7 +229,7 @@ impl Finder {
         drop(client);
         // The leader the roster names must call itself leader too: a node that missed a view
         // change may name the old one.
-        let mut client = IggyClient::connect(endpoint, &leader, self.client, creds).await?;
+        let mut client = IggyClient::connect(endpoint, &leader, self.client.clone(), creds).await?;
         let Some(seen) = client.cluster_metadata().await? else {
             return Ok(Err(format!("{leader} named as leader runs alone")));
         };

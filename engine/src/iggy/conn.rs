@@ -11,7 +11,7 @@ use monoio::time::timeout;
 use monoio_rustls::ClientTlsStream;
 
 use super::error::{IggyError, ResultCode};
-use super::proto::{HEADER_SIZE, RequestState, frame_size, legacy_reply};
+use super::proto::{HEADER_SIZE, Identity, RequestState, frame_size, legacy_reply};
 
 /// Smallest room made in the read buffer before a read.
 const MIN_READ: usize = 64 * 1024;
@@ -81,11 +81,11 @@ impl std::fmt::Debug for Connection {
 
 impl Connection {
     /// Connects to `address` (TCP, then TLS when configured) within the connect timeout, as
-    /// client `client` (a random id when `None`).
+    /// `identity` (a fresh one when `None`).
     pub async fn open(
         endpoint: &Endpoint,
         address: &str,
-        client: Option<u128>,
+        identity: Option<Identity>,
     ) -> Result<Connection, IggyError> {
         let tcp = spillway_net::connect_address(address, endpoint.connect_timeout)
             .await
@@ -113,7 +113,7 @@ impl Connection {
         };
         Ok(Connection {
             stream,
-            state: client.map_or_else(RequestState::new, RequestState::for_client),
+            state: identity.map_or_else(RequestState::new, RequestState::for_identity),
             read: BytesMut::with_capacity(MIN_READ),
             write: BytesMut::with_capacity(4096),
             request_timeout: endpoint.request_timeout,
@@ -134,6 +134,11 @@ impl Connection {
     /// write with 58, for good).
     pub fn set_clustered(&mut self, clustered: bool) {
         self.clustered = clustered;
+    }
+
+    /// This connection's client identity (id and request counter).
+    pub fn identity(&self) -> Identity {
+        self.state.identity()
     }
 
     /// The request numbering (client id, session).

@@ -88,6 +88,7 @@ impl IggyError {
                     | ResultCode::Unauthenticated
                     | ResultCode::TransientNotCommitted
                     | ResultCode::TransientNotAccepted
+                    | ResultCode::RequestAlreadyApplied
             ),
             IggyError::IncompatibleProtocol { .. }
             | IggyError::LegacyServer { .. }
@@ -245,6 +246,9 @@ pub enum ResultCode {
     TransientNotCommitted,
     /// 58: not accepted for now; the same request may be sent again.
     TransientNotAccepted,
+    /// 59: the request number is not above the client's last one: taken for a duplicate, not
+    /// applied.
+    RequestAlreadyApplied,
     /// 1009.
     StreamIdNotFound,
     /// 1010.
@@ -269,7 +273,7 @@ pub enum ResultCode {
     Other(u32),
 }
 
-const CODES: [(u32, ResultCode, &str); 23] = [
+const CODES: [(u32, ResultCode, &str); 24] = [
     (1, ResultCode::Error, "Error"),
     (3, ResultCode::InvalidCommand, "InvalidCommand"),
     (4, ResultCode::InvalidFormat, "InvalidFormat"),
@@ -287,6 +291,11 @@ const CODES: [(u32, ResultCode, &str); 23] = [
         "TransientNotCommitted",
     ),
     (58, ResultCode::TransientNotAccepted, "TransientNotAccepted"),
+    (
+        59,
+        ResultCode::RequestAlreadyApplied,
+        "RequestAlreadyApplied",
+    ),
     (1009, ResultCode::StreamIdNotFound, "StreamIdNotFound"),
     (1010, ResultCode::StreamNameNotFound, "StreamNameNotFound"),
     (2010, ResultCode::TopicIdNotFound, "TopicIdNotFound"),

@@ -6,6 +6,9 @@
 //! advances only on metadata-replicated operations; non-replicated commands put their code in
 //! the header's reserved bytes.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use bytes::{Bytes, BytesMut};
 use iggy_binary_protocol::codes::{LOGIN_REGISTER_CODE, LOGIN_REGISTER_WITH_PAT_CODE};
 use iggy_binary_protocol::consensus::{
@@ -28,23 +31,53 @@ pub const MAX_FRAME: usize = 1 << 30;
 pub struct RequestState {
     client: u128,
     session: u64,
-    next_request: u64,
+    /// The next request number, shared by every connection of one client identity: a client
+    /// id that logs in again (on a cluster, see [`super::cluster::Finder`]) must go on above
+    /// the numbers it used, or the server takes its requests for ones already applied (59).
+    next_request: Arc<AtomicU64>,
     last_request: u64,
+}
+
+/// A client identity kept across connections: its id and its request counter.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The client id.
+    pub client: u128,
+    /// The next request number.
+    pub next_request: Arc<AtomicU64>,
+}
+
+impl Identity {
+    /// A fresh identity: a random nonzero id, requests from 1.
+    pub fn fresh() -> Identity {
+        Identity {
+            client: new_client_id(),
+            next_request: Arc::new(AtomicU64::new(1)),
+        }
+    }
 }
 
 impl RequestState {
     /// A new connection with a random nonzero client id.
     pub fn new() -> RequestState {
-        RequestState::for_client(new_client_id())
+        RequestState::for_identity(Identity::fresh())
     }
 
-    /// A new connection of client `client` (a reconnect that keeps its identity).
-    pub fn for_client(client: u128) -> RequestState {
+    /// A new connection of an identity (a reconnect that keeps it).
+    pub fn for_identity(identity: Identity) -> RequestState {
         RequestState {
-            client,
+            client: identity.client,
             session: 0,
-            next_request: 1,
+            next_request: identity.next_request,
             last_request: 0,
+        }
+    }
+
+    /// This connection's identity, to log in again with.
+    pub fn identity(&self) -> Identity {
+        Identity {
+            client: self.client,
+            next_request: Arc::clone(&self.next_request),
         }
     }
 
@@ -67,19 +100,19 @@ impl RequestState {
         };
         let (request, session, checksum) = match operation {
             Operation::Register => (0, 0, 0),
-            Operation::NonReplicated => (self.next_request, self.session, 0),
+            Operation::NonReplicated => {
+                (self.next_request.load(Ordering::Relaxed), self.session, 0)
+            }
             // A partition write (send, offset store) takes a number of its own: the released
             // 0.9.0 server deduplicates them by request number (a write whose number is not
             // above the client's last is answered as applied and dropped); the edge.5 server
             // takes the gaps this leaves in the metadata numbering.
             op if op.is_partition() => {
-                let r = self.next_request;
-                self.next_request += 1;
+                let r = self.next_request.fetch_add(1, Ordering::Relaxed);
                 (r, self.session, 0)
             }
             _ => {
-                let r = self.next_request;
-                self.next_request += 1;
+                let r = self.next_request.fetch_add(1, Ordering::Relaxed);
                 (r, self.session, u128::from(XxHash3_64::oneshot(body)))
             }
         };

@@ -56,10 +56,59 @@ impl std::fmt::Debug for IggyCluster {
     }
 }
 
+/// An admin connection to the node of `nodes` that leads: the first that answers the roster
+/// naming itself leader (role 0 on its own port). A single address is connected to as it is.
+pub fn leader_admin(
+    nodes: &[SocketAddr],
+    username: &str,
+    password: &str,
+) -> Result<IggyAdmin, HarnessError> {
+    if let [only] = nodes {
+        return IggyAdmin::connect(*only, username, password);
+    }
+    let mut last = None;
+    for addr in nodes {
+        let mut admin = match IggyAdmin::connect(*addr, username, password) {
+            Ok(a) => a,
+            Err(e) => {
+                last = Some(e);
+                continue;
+            }
+        };
+        let roster = admin
+            .request("cluster metadata", GET_CLUSTER_METADATA_CODE, &[])
+            .and_then(|body| {
+                ClusterMetadataResponse::decode_from(&body)
+                    .map_err(|e| HarnessError::IggyProtocol(format!("cluster metadata reply: {e}")))
+            });
+        match roster {
+            Ok(r)
+                if r.nodes
+                    .iter()
+                    .any(|n| n.role == 0 && n.tcp_port == addr.port()) =>
+            {
+                return Ok(admin);
+            }
+            Ok(_) => {}
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or(HarnessError::Timeout {
+        waiting_for: "an Iggy node that leads",
+        waited: Duration::ZERO,
+    }))
+}
+
 impl IggyCluster {
     /// Starts `size` nodes of the real server found by [`real::server_binary`] and waits until
     /// they agree on a leader; [`HarnessError::BinaryMissing`] when there is no server binary.
     pub fn start(size: usize) -> Result<IggyCluster, HarnessError> {
+        Self::start_with(size, &[])
+    }
+
+    /// As [`IggyCluster::start`], with more `IGGY_*` settings for every node (e.g.
+    /// `IGGY_HEARTBEAT_INTERVAL`).
+    pub fn start_with(size: usize, settings: &[(&str, &str)]) -> Result<IggyCluster, HarnessError> {
         let binary = real::server_binary()?.ok_or_else(|| HarnessError::BinaryMissing {
             binary: "iggy-server".to_owned(),
         })?;
@@ -133,6 +182,9 @@ impl IggyCluster {
                 process = process.env("IGGY_CONFIG_PATH", config.clone());
             }
             for (k, v) in &roster {
+                process = process.env(k, v);
+            }
+            for (k, v) in settings {
                 process = process.env(k, v);
             }
             nodes.push(ClusterNode { process, port });
@@ -250,6 +302,11 @@ impl IggyCluster {
             .map_err(|e| HarnessError::IggyProtocol(format!("cluster metadata reply: {e}")))
     }
 
+    /// Every node's client address.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        (0..self.size()).map(|i| self.addr(i)).collect()
+    }
+
     /// An admin connection to the current leader (waiting for one).
     pub fn admin(&mut self) -> Result<IggyAdmin, HarnessError> {
         let i = self.wait_for_leader(LEADER_TIMEOUT)?;
@@ -340,6 +397,16 @@ impl IggyCluster {
     /// Node `i`'s process id while it runs.
     pub fn pid(&self, i: usize) -> Option<u32> {
         self.nodes[i].process.pid()
+    }
+
+    /// Every node's whole log, one after the other.
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("--- node {i}\n{}", n.process.log()))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// The last lines of every node's log.

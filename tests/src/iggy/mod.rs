@@ -55,7 +55,7 @@ use std::time::Duration;
 pub use admin::{
     IggyAdmin, PolledTestBatch, PolledTestMessage, TestConsumer, TestMessage, TestPolling,
 };
-pub use cluster::{IggyCluster, LEADER_TIMEOUT};
+pub use cluster::{IggyCluster, LEADER_TIMEOUT, leader_admin};
 pub use real::{IggyProcess, IggyProcessOpts, server_binary};
 
 use crate::HarnessError;
