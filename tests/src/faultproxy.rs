@@ -330,6 +330,10 @@ struct Shared {
     sockets: Mutex<HashMap<u64, Vec<TcpStream>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     next_conn: AtomicU64,
+    /// Keys with a conditional write (`If-Match` / `If-None-Match`) upstream now: the next
+    /// one to the same key waits until the answer comes (see [`Shared::claim_key`]).
+    busy_keys: Mutex<std::collections::HashSet<String>>,
+    key_freed: std::sync::Condvar,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -337,6 +341,27 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// Waits until no other conditional write to `key` is upstream, then takes the key. S3
+    /// applies a conditional write atomically; s3s-fs checks the condition and then writes,
+    /// so two writes under the same `If-Match` both pass when they overlap (seen in the chaos
+    /// campaign: two members both won a partition's marker, and offsets were lost). Passing them
+    /// one at a time gives the store the contract S3 gives.
+    fn claim_key(&self, key: &str) {
+        let mut busy = lock(&self.busy_keys);
+        while busy.contains(key) && !self.stopping() {
+            busy = match self.key_freed.wait_timeout(busy, TICK) {
+                Ok((b, _)) => b,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        busy.insert(key.to_owned());
+    }
+
+    fn free_key(&self, key: &str) {
+        lock(&self.busy_keys).remove(key);
+        self.key_freed.notify_all();
+    }
+
     /// Counts the request and decides its fault.
     fn decide(&self, req: &RequestHead) -> (Fault, Option<FixedAnswer>, u64) {
         let plan = lock(&self.plan).clone();
@@ -442,6 +467,8 @@ impl FaultProxy {
             sockets: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
             next_conn: AtomicU64::new(0),
+            busy_keys: Mutex::new(std::collections::HashSet::new()),
+            key_freed: std::sync::Condvar::new(),
         });
         let accept_shared = Arc::clone(&shared);
         let accept = thread::Builder::new()
@@ -556,8 +583,10 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
         };
         lock(&shared.sockets).insert(id, vec![c3, u3]);
         let stall = Arc::new(Mutex::new(None));
+        let release: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
         let (s1, s2) = (Arc::clone(shared), Arc::clone(shared));
         let stall2 = Arc::clone(&stall);
+        let (release1, release2) = (Arc::clone(&release), release);
         let up = thread::Builder::new()
             .name(format!("faultproxy-{id}-req"))
             .spawn(move || {
@@ -566,15 +595,19 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                     upstream,
                     shared: &s1,
                     stall,
+                    release: Arc::clone(&release1),
                     buf: Vec::new(),
                 };
                 pump.run();
                 pump.close_both();
+                if let Some(key) = lock(&release1).take() {
+                    s1.free_key(&key);
+                }
                 lock(&s1.sockets).remove(&id);
             });
         let down = thread::Builder::new()
             .name(format!("faultproxy-{id}-resp"))
-            .spawn(move || response_pump(u2, c2, &s2, &stall2));
+            .spawn(move || response_pump(u2, c2, &s2, &stall2, &release2));
         let mut threads = lock(&shared.threads);
         threads.extend(up.ok());
         threads.extend(down.ok());
@@ -596,6 +629,22 @@ pub struct RequestHead {
     content_length: Option<u64>,
     chunked_or_unknown: bool,
     expect_continue: bool,
+}
+
+/// The object key (the path) of a PUT or POST carrying `If-Match` or `If-None-Match`.
+fn conditional_write_key(req: &RequestHead) -> Option<String> {
+    if req.method != "PUT" && req.method != "POST" {
+        return None;
+    }
+    req.headers
+        .iter()
+        .any(|(name, _)| name == "if-match" || name == "if-none-match")
+        .then(|| {
+            req.target
+                .split_once('?')
+                .map_or(req.target.as_str(), |(path, _)| path)
+                .to_owned()
+        })
 }
 
 /// Parses a request head (everything up to and with the blank line). `None` if it is not
@@ -641,6 +690,8 @@ struct RequestPump<'a> {
     shared: &'a Shared,
     /// Set to hold the next response for this long.
     stall: Arc<Mutex<Option<Hold>>>,
+    /// The key of a conditional write upstream now, freed when its answer comes.
+    release: Arc<Mutex<Option<String>>>,
     /// Bytes read from the client, not handled yet.
     buf: Vec<u8>,
 }
@@ -661,6 +712,11 @@ impl RequestPump<'_> {
             };
             let (fault, fixed, request_no) = self.shared.decide(&req);
             let body_len = req.content_length.unwrap_or(0);
+            let forwarded = !matches!(fault, Fault::Status500 | Fault::SlowDown503 | Fault::Fixed);
+            if forwarded && let Some(key) = conditional_write_key(&req) {
+                self.shared.claim_key(&key);
+                *lock(&self.release) = Some(key);
+            }
             let done = match fault {
                 Fault::None => self.forward(&head, body_len),
                 Fault::Stall(d) => {
@@ -842,7 +898,13 @@ fn response_pump(
     mut client: TcpStream,
     shared: &Shared,
     stall: &Mutex<Option<Hold>>,
+    release: &Mutex<Option<String>>,
 ) {
+    let free = || {
+        if let Some(key) = lock(release).take() {
+            shared.free_key(&key);
+        }
+    };
     let mut tmp = vec![0u8; 64 * 1024];
     let mut drip: Option<Duration> = None;
     let wait = |d: Duration| {
@@ -858,6 +920,8 @@ fn response_pump(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        // The store answered: the conditional write it was given is applied (or refused).
+        free();
         match lock(stall).take() {
             Some(Hold::Stall(d)) => wait(d),
             Some(Hold::Drip(d)) => drip = Some(d),
@@ -876,6 +940,7 @@ fn response_pump(
             break;
         }
     }
+    free();
     let _ = client.shutdown(Shutdown::Both);
     let _ = upstream.shutdown(Shutdown::Both);
 }

@@ -524,3 +524,85 @@ fn invalid_plan_is_refused() {
     .unwrap_err();
     assert!(err.to_string().contains("more than 1"), "{err}");
 }
+
+/// Per path: requests held now, the most held at once.
+type Held = Arc<Mutex<std::collections::HashMap<String, (u32, u32)>>>;
+
+/// An upstream that holds every request 200 ms and records, per path, the most requests it
+/// held at once.
+fn slow_upstream() -> (SocketAddr, Held) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let held: Held = Arc::default();
+    let h = Arc::clone(&held);
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let h = Arc::clone(&h);
+            thread::spawn(move || {
+                let mut buf = Vec::new();
+                while let Some((head, len)) = read_head(&mut stream, &mut buf) {
+                    if !fill_to(&mut stream, &mut buf, len.unwrap_or(0)) {
+                        return;
+                    }
+                    buf.drain(..len.unwrap_or(0));
+                    // Held per path: the query (an upload id) does not make another key.
+                    let target = head.split(' ').nth(1).unwrap_or_default();
+                    let target = target.split('?').next().unwrap_or_default().to_owned();
+                    {
+                        let mut m = h.lock().unwrap();
+                        let e = m.entry(target.clone()).or_default();
+                        e.0 += 1;
+                        e.1 = e.1.max(e.0);
+                    }
+                    thread::sleep(Duration::from_millis(200));
+                    h.lock().unwrap().entry(target).or_default().0 -= 1;
+                    let ok = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+                    if ok.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, held)
+}
+
+/// Conditional writes to one key reach the store one at a time, as S3 applies them atomically
+/// (s3s-fs checks the condition, then writes: two overlapping writes under one `If-Match` both
+/// pass there). Writes to other keys, and unconditional ones, still overlap.
+#[test]
+fn conditional_writes_to_one_key_pass_one_at_a_time() {
+    let (upstream, held) = slow_upstream();
+    let proxy = FaultProxy::start(upstream, FaultPlan::passthrough()).unwrap();
+    let put = |target: &'static str, condition: &'static str| {
+        let addr = proxy.addr();
+        thread::spawn(move || {
+            let mut c = Client::connect(addr);
+            let head = format!(
+                "PUT {target} HTTP/1.1\r\nhost: s3.test\r\n{condition}content-length: 2\r\n\r\nhi"
+            );
+            c.stream.write_all(head.as_bytes()).unwrap();
+            c.receive("PUT").unwrap().status
+        })
+    };
+    let threads = vec![
+        put("/b/marker.json", "if-match: \"e1\"\r\n"),
+        put("/b/marker.json", "if-match: \"e1\"\r\n"),
+        put("/b/object?uploadId=1", "if-none-match: *\r\n"),
+        put("/b/object?uploadId=2", "if-none-match: *\r\n"),
+        put("/b/plain", ""),
+        put("/b/plain", ""),
+    ];
+    for t in threads {
+        assert_eq!(t.join().unwrap(), 200);
+    }
+    let held = held.lock().unwrap().clone();
+    assert_eq!(held["/b/marker.json"].1, 1, "{held:?}");
+    assert_eq!(
+        held["/b/plain"].1, 2,
+        "unconditional writes overlap: {held:?}"
+    );
+    // Two completions of one key (different upload ids) are one key.
+    assert_eq!(held["/b/object"].1, 1, "{held:?}");
+}
