@@ -12,8 +12,10 @@ use crate::config::{Config, SourceKind};
 use crate::coremap::CoreMap;
 use crate::iggy::Endpoint;
 use crate::metrics::{Command, Merged, Report, Reports, SinkCounters};
-use crate::metrics_http::MetricsServer;
+use crate::metrics_http::{Control, MetricsServer, Request};
+use crate::notify::Notifier;
 use crate::shard::{self, ShardHandle};
+use crate::status::{Pages, ShardLife, View};
 
 /// Exit status: everything drained and stored.
 pub const EXIT_OK: i32 = 0;
@@ -31,6 +33,10 @@ pub const SECOND_SIGNAL_AFTER: Duration = Duration::from_secs(1);
 /// How often the metrics page is rendered again while reports come in (shards report every
 /// 250 ms).
 const PAGE_INTERVAL: Duration = Duration::from_millis(200);
+
+/// The pages are built anew at least this often, reports or not: `/health` tells a quiet
+/// control thread by the age of its pages.
+const PAGE_REFRESH: Duration = Duration::from_secs(1);
 
 /// How long the shards get after a forced stop before the process leaves without them.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -137,19 +143,43 @@ pub fn run_until_end(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> Ru
         }
     };
     let names: Vec<String> = config.sinks.iter().map(|s| s.name.clone()).collect();
-    let mut merged = Merged::new(map.shards.len(), names);
+    let mut merged = Merged::new(map.shards.len(), names.clone());
+    let started = Instant::now();
+    let mut runs_on: Vec<Vec<usize>> = vec![Vec::new(); config.sinks.len()];
+    for plan in &map.shards {
+        for work in &plan.sinks {
+            if let Some(r) = runs_on.get_mut(work.sink) {
+                r.push(plan.index);
+            }
+        }
+    }
+    let requests = Arc::new(crossbeam_queue::ArrayQueue::new(64));
     // Served from its own thread (started after the pinning above, so it shares the control
     // core): no client of the endpoint can hold up signals, deadlines or fatal reports.
     let metrics = match config.metrics.address.as_str() {
         "" => None,
         addr => match TcpListener::bind(addr).and_then(|l| {
-            Ok((
-                l.local_addr()?,
-                MetricsServer::start(l, merged.prometheus())?,
-            ))
+            let local = l.local_addr()?;
+            let control = Control {
+                names,
+                token: config.metrics.token.clone(),
+                loopback: local.ip().is_loopback(),
+                health_timeout: config.metrics.health_timeout.0,
+                requests: Arc::clone(&requests),
+                wake: Some(std::thread::current()),
+            };
+            let pages = Pages::initial(merged.prometheus(), map.shards.len(), started);
+            Ok((local, MetricsServer::start(l, pages, control)?))
         }) {
             Ok((a, server)) => {
-                info!("metrics on http://{a}/metrics");
+                info!(
+                    "metrics, health and status on http://{a}/ (/metrics, /health, /ready, /status)"
+                );
+                if !a.ip().is_loopback() && config.metrics.token.is_none() {
+                    warn!(
+                        "metrics.address {a} is beyond loopback and no token is set: pause and resume are refused (set metrics.token, metrics.token_file or SPILLWAY_CONTROL_TOKEN)"
+                    );
+                }
                 Some(server)
             }
             Err(e) => {
@@ -158,6 +188,9 @@ pub fn run_until_end(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> Ru
             }
         },
     };
+    let mut lives = vec![ShardLife::default(); map.shards.len()];
+    let mut notifier = Notifier::from_env();
+    let mut last_publish = started;
 
     let config = Arc::new(config);
     let reports = Arc::new(Reports::new(map.shards.len()));
@@ -266,6 +299,9 @@ pub fn run_until_end(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> Ru
             match report {
                 Report::Stats { shard, seq, sinks } => {
                     merged.absorb(shard, seq, sinks);
+                    if let Some(l) = lives.get_mut(shard) {
+                        l.seen = Some(now);
+                    }
                     page_stale = true;
                 }
                 Report::Fatal {
@@ -293,16 +329,57 @@ pub fn run_until_end(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> Ru
                     if let Some(f) = finished.get_mut(shard) {
                         *f = true;
                     }
+                    if let Some(l) = lives.get_mut(shard) {
+                        l.finished = true;
+                    }
                 }
             }
         }
-        if let Some(server) = &metrics
-            && page_stale
-            && now >= next_page
+        if drain_deadline.is_some()
+            && let Some(n) = &mut notifier
         {
-            server.publish(merged.prometheus());
+            n.stopping();
+        }
+        while let Some(request) = requests.pop() {
+            let (command, sink, what) = match request {
+                Request::Pause { sink, flush } => (
+                    Command::Pause { sink, flush },
+                    sink,
+                    if flush {
+                        "paused, flushing what it holds"
+                    } else {
+                        "paused"
+                    },
+                ),
+                Request::Resume { sink } => (Command::Resume { sink }, sink, "resumed"),
+            };
+            let name = config.sinks.get(sink).map_or("?", |s| s.name.as_str());
+            info!(sink = %name, "sink {name:?} {what} by the operator (HTTP)");
+            broadcast(&shards, command);
+        }
+        if (metrics.is_some() || notifier.is_some())
+            && ((page_stale && now >= next_page)
+                || now >= last_publish + PAGE_REFRESH
+                || notifier
+                    .as_ref()
+                    .and_then(Notifier::next_due)
+                    .is_some_and(|due| now >= due))
+        {
+            let pages = pages(&config, &merged, &runs_on, &lives, started, now);
+            if let Some(n) = &mut notifier
+                && drain_deadline.is_none()
+            {
+                let timeout = config.metrics.health_timeout.0;
+                let healthy =
+                    crate::status::unhealthy(&lives, started, now, timeout, now).is_none();
+                n.turn(now, &pages.not_ready, healthy);
+            }
+            if let Some(server) = &metrics {
+                server.publish(pages);
+            }
             page_stale = false;
             next_page = now + PAGE_INTERVAL;
+            last_publish = now;
         }
         if !log_every.is_zero() && now >= next_log {
             next_log = now + log_every;
@@ -321,8 +398,14 @@ pub fn run_until_end(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> Ru
         if !log_every.is_zero() {
             until = until.min(next_log);
         }
-        if page_stale && metrics.is_some() {
-            until = until.min(next_page);
+        if metrics.is_some() || notifier.is_some() {
+            if page_stale {
+                until = until.min(next_page);
+            }
+            until = until.min(last_publish + PAGE_REFRESH);
+        }
+        if let Some(due) = notifier.as_ref().and_then(Notifier::next_due) {
+            until = until.min(due);
         }
         if let Some(d) = drain_deadline
             && hard_deadline.is_none()
@@ -341,6 +424,28 @@ pub fn run_until_end(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> Ru
     }
     summary(&merged);
     RunEnd::of(status, &merged)
+}
+
+/// The operator's pages, as the shards last reported.
+fn pages(
+    config: &Config,
+    merged: &Merged,
+    runs_on: &[Vec<usize>],
+    lives: &[ShardLife],
+    started: Instant,
+    now: Instant,
+) -> Pages {
+    let view = View::new(config, merged, runs_on);
+    let mut metrics = merged.prometheus();
+    view.prometheus(&mut metrics);
+    Pages {
+        metrics,
+        status: view.json(now.saturating_duration_since(started), lives, now),
+        not_ready: view.not_ready(),
+        shards: lives.to_vec(),
+        started,
+        published: now,
+    }
 }
 
 fn watch_signals(counter: Arc<AtomicUsize>, control: std::thread::Thread) -> std::io::Result<()> {

@@ -85,6 +85,104 @@ enum Cmd {
         #[arg(long)]
         connect: bool,
     },
+    /// Show a running engine's sinks and partitions (its GET /status, as tables).
+    Status {
+        /// The engine's TOML config file (its metrics.address is asked).
+        #[arg(short, long)]
+        config: PathBuf,
+        /// Ask this HOST:PORT instead of metrics.address.
+        #[arg(long)]
+        address: Option<String>,
+        /// Print the JSON as the engine answers it.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause a sink of a running engine: it stops polling, lets what is in flight confirm,
+    /// stores the offsets and keeps its connections (the others run on).
+    Pause {
+        /// The engine's TOML config file.
+        #[arg(short, long)]
+        config: PathBuf,
+        /// The sink's name.
+        #[arg(long)]
+        sink: String,
+        /// Have the sink finish what it holds (S3: complete its open objects).
+        #[arg(long)]
+        flush: bool,
+        /// Ask this HOST:PORT instead of metrics.address.
+        #[arg(long)]
+        address: Option<String>,
+    },
+    /// Resume a paused sink of a running engine.
+    Resume {
+        /// The engine's TOML config file.
+        #[arg(short, long)]
+        config: PathBuf,
+        /// The sink's name.
+        #[arg(long)]
+        sink: String,
+        /// Ask this HOST:PORT instead of metrics.address.
+        #[arg(long)]
+        address: Option<String>,
+    },
+}
+
+/// `spillway status|pause|resume`: one request to the running engine; the exit status.
+fn operate(
+    config: &std::path::Path,
+    address: Option<&str>,
+    method: &str,
+    path: &str,
+    json: bool,
+) -> ExitCode {
+    let mut err = std::io::stderr();
+    let cfg = match config::load(config) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let addr = match spillway::operator::listener(&cfg, address) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let token = cfg.metrics.token.as_ref().map(config::Secret::expose);
+    let token = if method == "POST" { token } else { None };
+    match spillway::operator::request(addr, method, path, token) {
+        Ok((200, body)) if method == "GET" && !json => match serde_json::from_str(&body) {
+            Ok(v) => {
+                let _ = write!(std::io::stdout(), "{}", spillway::operator::render(&v));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                let _ = writeln!(
+                    err,
+                    "error: http://{addr}{path} answered what is not JSON: {e}"
+                );
+                ExitCode::from(1)
+            }
+        },
+        Ok((code, body)) if (200..300).contains(&code) => {
+            let _ = write!(std::io::stdout(), "{body}");
+            ExitCode::SUCCESS
+        }
+        Ok((code, body)) => {
+            let _ = writeln!(
+                err,
+                "error: http://{addr}{path} answered {code}: {}",
+                body.trim_end()
+            );
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn load(path: &std::path::Path) -> Result<(config::Config, coremap::CoreMap), String> {
@@ -159,6 +257,34 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_CONFIG)
             }
         },
+        Cmd::Status {
+            config,
+            address,
+            json,
+        } => operate(&config, address.as_deref(), "GET", "/status", json),
+        Cmd::Pause {
+            config,
+            sink,
+            flush,
+            address,
+        } => {
+            let path = format!(
+                "/sinks/{sink}/pause{}",
+                if flush { "?flush=true" } else { "" }
+            );
+            operate(&config, address.as_deref(), "POST", &path, false)
+        }
+        Cmd::Resume {
+            config,
+            sink,
+            address,
+        } => operate(
+            &config,
+            address.as_deref(),
+            "POST",
+            &format!("/sinks/{sink}/resume"),
+            false,
+        ),
         Cmd::Run { config } => match load(&config) {
             Ok((cfg, map)) => {
                 let status = spillway::control::run(cfg, map);

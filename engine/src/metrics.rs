@@ -67,7 +67,7 @@ pub struct SinkCounters {
 }
 
 /// One partition of one sink on one shard.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PartitionGauge {
     /// Stream.
     pub stream: String,
@@ -81,6 +81,12 @@ pub struct PartitionGauge {
     pub head: Option<u64>,
     /// Polled, unconfirmed messages.
     pub in_flight: u64,
+    /// The last offset polled (or known done when the partition was taken up).
+    pub polled: Option<u64>,
+    /// The last offset up to which everything is confirmed.
+    pub confirmed: Option<u64>,
+    /// The objects being written (S3).
+    pub objects: Vec<crate::sink::OpenObject>,
 }
 
 impl PartitionGauge {
@@ -109,6 +115,16 @@ pub struct SinkReport {
     pub partitions: Vec<PartitionGauge>,
     /// Latencies recorded since the previous report.
     pub latency: Histogram<u64>,
+    /// Where the sink is on this shard.
+    pub state: crate::flow::SinkState,
+    /// Where its link to the source is.
+    pub source: crate::flow::SourceState,
+    /// Its destination cannot be reached right now.
+    pub sink_failing: bool,
+    /// The newest error and its wall-clock time.
+    pub last_error: Option<(std::time::SystemTime, String)>,
+    /// The consumer group's generation of the assignment.
+    pub generation: Option<u64>,
 }
 
 /// Messages from a shard to the control thread.
@@ -199,6 +215,19 @@ pub enum Command {
     },
     /// End now, storing only what is confirmed.
     Stop,
+    /// The operator paused sink `sink` (by config index); `flush`: its sink finishes what it
+    /// holds (S3 objects complete).
+    Pause {
+        /// The sink.
+        sink: usize,
+        /// Flush as well.
+        flush: bool,
+    },
+    /// The operator resumed sink `sink`.
+    Resume {
+        /// The sink.
+        sink: usize,
+    },
 }
 
 /// The control thread's merged view.
@@ -506,7 +535,7 @@ fn latency_buckets(h: &Histogram<u64>) -> impl Iterator<Item = (&'static str, u6
     })
 }
 
-fn add(into: &mut SinkCounters, c: &SinkCounters) {
+pub(crate) fn add(into: &mut SinkCounters, c: &SinkCounters) {
     into.messages_in += c.messages_in;
     into.bytes_in += c.bytes_in;
     into.messages_out += c.messages_out;
@@ -529,7 +558,7 @@ fn add(into: &mut SinkCounters, c: &SinkCounters) {
     into.sink_buffered_bytes += c.sink_buffered_bytes;
 }
 
-fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
@@ -550,6 +579,11 @@ mod tests {
             in_flight_bytes: 0,
             partitions: Vec::new(),
             latency: latency_histogram(),
+            state: crate::flow::SinkState::Running,
+            source: crate::flow::SourceState::Up,
+            sink_failing: false,
+            last_error: None,
+            generation: None,
         }
     }
 
@@ -613,8 +647,14 @@ mod tests {
                 committed: Some(9),
                 head: Some(19),
                 in_flight: 3,
+                ..PartitionGauge::default()
             }],
             latency: latency.clone(),
+            state: crate::flow::SinkState::Running,
+            source: crate::flow::SourceState::Up,
+            sink_failing: false,
+            last_error: None,
+            generation: None,
         };
         m.absorb(0, 1, vec![report(5)]);
         m.absorb(1, 1, vec![report(7)]);

@@ -1,11 +1,14 @@
-//! The `/metrics` endpoint on a thread of its own, so that no client can hold up the control
-//! thread (signals, drain deadlines, fatal reports).
+//! The HTTP listener on a thread of its own, so that no client can hold up the control thread
+//! (signals, drain deadlines, fatal reports): `GET /metrics`, `/health`, `/ready`, `/status`,
+//! and `POST /sinks/{name}/pause` (`?flush=true`) and `/resume`, which are handed to the
+//! control thread through a bounded queue. Those that change state need the bearer token when
+//! one is configured, and are refused without one on an address beyond loopback.
 //!
 //! The thread owns the listener and every connection, all non-blocking: each connection has a
 //! deadline ([`CONNECTION_DEADLINE`]) for the whole exchange and a bounded request head
 //! ([`MAX_REQUEST_HEAD`]); at most [`MAX_CONNECTIONS`] are open, and a connection beyond that is
 //! answered `503` (best effort, without waiting) and closed. The control thread hands it the
-//! rendered page through a one-slot lock-free mailbox ([`MetricsServer::publish`]).
+//! rendered pages through a one-slot lock-free mailbox ([`MetricsServer::publish`]).
 
 use std::io::{self, Read as _, Write as _};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -18,7 +21,9 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::ArrayQueue;
 use tracing::warn;
 
+use crate::config::Secret;
 use crate::ratelog::RateLimit;
+use crate::status::Pages;
 
 /// How many connections may be open at once.
 pub const MAX_CONNECTIONS: usize = 32;
@@ -36,34 +41,88 @@ const IDLE_WAIT: Duration = Duration::from_millis(100);
 /// The running endpoint.
 #[derive(Debug)]
 pub struct MetricsServer {
-    page: Arc<ArrayQueue<Arc<str>>>,
+    pages: Arc<ArrayQueue<Arc<Pages>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
+/// What the operator asked for with a `POST`, for the control thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    /// Pause sink `sink` (config index); `flush`: its sink finishes what it holds.
+    Pause {
+        /// The sink.
+        sink: usize,
+        /// Flush as well.
+        flush: bool,
+    },
+    /// Resume sink `sink`.
+    Resume {
+        /// The sink.
+        sink: usize,
+    },
+}
+
+/// How the endpoint takes requests that change state.
+#[derive(Debug, Clone)]
+pub struct Control {
+    /// The sinks' names, by config index.
+    pub names: Vec<String>,
+    /// The bearer token those requests need.
+    pub token: Option<Secret>,
+    /// The listener is on a loopback address (without a token, requests that change state
+    /// are taken only then).
+    pub loopback: bool,
+    /// `/health`'s limit.
+    pub health_timeout: Duration,
+    /// Where requests go.
+    pub requests: Arc<ArrayQueue<Request>>,
+    /// The thread to wake for them (the control thread).
+    pub wake: Option<std::thread::Thread>,
+}
+
+impl Control {
+    /// Taking nothing that changes state (the unit tests of the page routes).
+    pub fn read_only(names: Vec<String>) -> Control {
+        Control {
+            names,
+            token: None,
+            loopback: false,
+            health_timeout: Duration::from_secs(5),
+            requests: Arc::new(ArrayQueue::new(1)),
+            wake: None,
+        }
+    }
+}
+
 impl MetricsServer {
-    /// Serves `listener` (already bound) on a new thread, with `page` as the first body.
-    pub fn start(listener: TcpListener, page: String) -> io::Result<MetricsServer> {
+    /// Serves `listener` (already bound) on a new thread, with `pages` until others are
+    /// published.
+    pub fn start(
+        listener: TcpListener,
+        pages: Pages,
+        control: Control,
+    ) -> io::Result<MetricsServer> {
         listener.set_nonblocking(true)?;
         let mailbox = Arc::new(ArrayQueue::new(1));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (mailbox, stop) = (Arc::clone(&mailbox), Arc::clone(&stop));
-            let first: Arc<str> = Arc::from(page);
+            let first = Arc::new(pages);
             std::thread::Builder::new()
                 .name("spillway-metrics".to_owned())
-                .spawn(move || serve(&listener, &mailbox, &stop, first))?
+                .spawn(move || serve(&listener, &mailbox, &stop, first, &control))?
         };
         Ok(MetricsServer {
-            page: mailbox,
+            pages: mailbox,
             stop,
             thread: Some(thread),
         })
     }
 
-    /// Replaces the page served from now on.
-    pub fn publish(&self, page: String) {
-        let _ = self.page.force_push(Arc::from(page));
+    /// Replaces the pages served from now on.
+    pub fn publish(&self, pages: Pages) {
+        let _ = self.pages.force_push(Arc::new(pages));
     }
 }
 
@@ -78,9 +137,10 @@ impl Drop for MetricsServer {
 
 fn serve(
     listener: &TcpListener,
-    mailbox: &ArrayQueue<Arc<str>>,
+    mailbox: &ArrayQueue<Arc<Pages>>,
     stop: &AtomicBool,
-    mut page: Arc<str>,
+    mut page: Arc<Pages>,
+    control: &Control,
 ) {
     let mut conns: Vec<Conn> = Vec::with_capacity(MAX_CONNECTIONS);
     let mut refusals = RateLimit::new(Duration::from_secs(10), 1);
@@ -121,7 +181,7 @@ fn serve(
             }
         }
         for c in &mut conns {
-            moved |= c.step(&page, now);
+            moved |= c.step(&page, control, now);
         }
         conns.retain(|c| !c.done);
         if !moved {
@@ -179,7 +239,7 @@ impl Conn {
     }
 
     /// Moves the exchange on as far as the socket allows; whether anything moved.
-    fn step(&mut self, page: &str, now: Instant) -> bool {
+    fn step(&mut self, page: &Pages, control: &Control, now: Instant) -> bool {
         if now >= self.deadline {
             self.close();
             return false;
@@ -198,7 +258,7 @@ impl Conn {
                         moved = true;
                         let room = MAX_REQUEST_HEAD - self.head.len();
                         self.head.extend_from_slice(&buf[..n.min(room)]);
-                        if let Some(answer) = answer_for(&self.head, page) {
+                        if let Some(answer) = answer_for(&self.head, page, control, now) {
                             self.answer = Some((answer, 0));
                             break;
                         }
@@ -238,32 +298,172 @@ impl Conn {
 
 /// The answer to a request whose head is (so far) `head`: `None` while the head is incomplete
 /// and below the limit.
-fn answer_for(head: &[u8], page: &str) -> Option<Vec<u8>> {
+fn answer_for(head: &[u8], pages: &Pages, control: &Control, now: Instant) -> Option<Vec<u8>> {
     let complete = head.windows(4).any(|w| w == b"\r\n\r\n");
     if !complete && head.len() < MAX_REQUEST_HEAD {
         return None;
     }
-    let (status, body) = if !complete {
-        ("431 Request Header Fields Too Large", "")
+    let (status, kind, body): (&str, &str, std::borrow::Cow<'_, str>) = if !complete {
+        ("431 Request Header Fields Too Large", TEXT, "".into())
     } else {
-        let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
-        let mut parts = line.split(|b| *b == b' ');
-        let method = parts.next().unwrap_or_default();
-        let path = parts.next().unwrap_or_default();
-        let metrics = path == b"/metrics" || path.starts_with(b"/metrics?");
-        match (method, metrics) {
-            (b"GET", true) => ("200 OK", page),
-            (b"GET", false) => ("404 Not Found", "try /metrics\n"),
-            _ => ("405 Method Not Allowed", ""),
-        }
+        route(head, pages, control, now)
     };
     let mut out = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
     out.extend_from_slice(body.as_bytes());
     Some(out)
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+const PROMETHEUS: &str = "text/plain; version=0.0.4";
+const JSON: &str = "application/json";
+
+type Answer<'a> = (&'static str, &'static str, std::borrow::Cow<'a, str>);
+
+fn route<'a>(head: &[u8], pages: &'a Pages, control: &Control, now: Instant) -> Answer<'a> {
+    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+    let mut parts = line.split(|b| *b == b' ');
+    let method = parts.next().unwrap_or_default();
+    let target = parts.next().unwrap_or_default();
+    let target = std::str::from_utf8(target).unwrap_or_default();
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    match (method, path) {
+        (b"GET", "/metrics") => ("200 OK", PROMETHEUS, pages.metrics.as_str().into()),
+        (b"GET", "/health") => match crate::status::unhealthy(
+            &pages.shards,
+            pages.started,
+            pages.published,
+            control.health_timeout,
+            now,
+        ) {
+            None => ("200 OK", TEXT, "ok\n".into()),
+            Some(lines) => ("503 Service Unavailable", TEXT, lines.into()),
+        },
+        (b"GET", "/ready") => {
+            if pages.not_ready.is_empty() {
+                ("200 OK", TEXT, "ready\n".into())
+            } else {
+                let mut body = pages.not_ready.join("\n");
+                body.push('\n');
+                ("503 Service Unavailable", TEXT, body.into())
+            }
+        }
+        (b"GET", "/status") => ("200 OK", JSON, pages.status.as_str().into()),
+        (_, "/metrics" | "/health" | "/ready" | "/status") => {
+            ("405 Method Not Allowed", TEXT, "use GET\n".into())
+        }
+        _ => match path
+            .strip_prefix("/sinks/")
+            .and_then(|r| r.rsplit_once('/'))
+        {
+            Some((name, verb @ ("pause" | "resume"))) => {
+                if method != b"POST" {
+                    return ("405 Method Not Allowed", TEXT, "use POST\n".into());
+                }
+                change(head, name, verb, query, control)
+            }
+            _ => (
+                "404 Not Found",
+                TEXT,
+                "try /metrics, /health, /ready, /status, POST /sinks/{name}/pause or /resume\n"
+                    .into(),
+            ),
+        },
+    }
+}
+
+/// `POST /sinks/{name}/{verb}`.
+fn change<'a>(head: &[u8], name: &str, verb: &str, query: &str, control: &Control) -> Answer<'a> {
+    if let Err(refusal) = authorized(head, control) {
+        return refusal;
+    }
+    let Some(sink) = control.names.iter().position(|n| n == name) else {
+        return (
+            "404 Not Found",
+            TEXT,
+            format!(
+                "no sink named {name:?} (sinks: {})\n",
+                control.names.join(", ")
+            )
+            .into(),
+        );
+    };
+    let flush = query
+        .split('&')
+        .any(|kv| kv == "flush=true" || kv == "flush");
+    let request = match verb {
+        "pause" => Request::Pause { sink, flush },
+        _ => Request::Resume { sink },
+    };
+    if control.requests.push(request).is_err() {
+        return (
+            "503 Service Unavailable",
+            TEXT,
+            "too many requests waiting for the control thread; try again\n".into(),
+        );
+    }
+    if let Some(t) = &control.wake {
+        t.unpark();
+    }
+    let what = match request {
+        Request::Pause { flush: true, .. } => "pausing and flushing",
+        Request::Pause { .. } => "pausing",
+        Request::Resume { .. } => "resuming",
+    };
+    (
+        "202 Accepted",
+        TEXT,
+        format!("sink {name:?}: {what} (GET /status shows its state)\n").into(),
+    )
+}
+
+/// Whether a request that changes state may: with a token configured, it must carry
+/// `Authorization: Bearer <token>`; without one, only on a loopback listener.
+fn authorized<'a>(head: &[u8], control: &Control) -> Result<(), Answer<'a>> {
+    let Some(token) = &control.token else {
+        if control.loopback {
+            return Ok(());
+        }
+        return Err((
+            "403 Forbidden",
+            TEXT,
+            "pause and resume need a token on an address beyond loopback: set metrics.token, metrics.token_file or SPILLWAY_CONTROL_TOKEN\n"
+                .into(),
+        ));
+    };
+    let given = head
+        .split(|b| *b == b'\n')
+        .skip(1)
+        .filter_map(|l| {
+            let l = l.strip_suffix(b"\r").unwrap_or(l);
+            let colon = l.iter().position(|b| *b == b':')?;
+            let (name, value) = l.split_at(colon);
+            name.eq_ignore_ascii_case(b"authorization")
+                .then(|| value[1..].trim_ascii())
+        })
+        .next();
+    let expected = token.expose().as_bytes();
+    match given.and_then(|v| {
+        v.get(..7)
+            .filter(|p| p.eq_ignore_ascii_case(b"bearer "))
+            .map(|_| v[7..].trim_ascii())
+    }) {
+        Some(v) if same(v, expected) => Ok(()),
+        Some(_) => Err(("403 Forbidden", TEXT, "wrong token\n".into())),
+        None => Err((
+            "401 Unauthorized",
+            TEXT,
+            "send Authorization: Bearer <token> (metrics.token)\n".into(),
+        )),
+    }
+}
+
+/// Compares in time that depends on the lengths only.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
@@ -274,6 +474,24 @@ mod tests {
 
     fn text(answer: Option<Vec<u8>>) -> String {
         String::from_utf8(answer.unwrap()).unwrap()
+    }
+
+    fn pages(metrics: &str) -> Pages {
+        Pages::initial(metrics.to_owned(), 1, Instant::now())
+    }
+
+    fn start(listener: TcpListener, metrics: &str) -> MetricsServer {
+        MetricsServer::start(listener, pages(metrics), Control::read_only(vec![])).unwrap()
+    }
+
+    /// The answer to `head` with `metrics` as the page and nothing that changes state taken.
+    fn ask(head: &[u8], metrics: &str) -> Option<Vec<u8>> {
+        answer_for(
+            head,
+            &pages(metrics),
+            &Control::read_only(vec![]),
+            Instant::now(),
+        )
     }
 
     /// Each metrics thread of this process (the kernel keeps 15 bytes of the name:
@@ -307,7 +525,7 @@ mod tests {
         let others = metrics_threads();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let server = MetricsServer::start(listener, "m 1\n".to_owned()).unwrap();
+        let server = start(listener, "m 1\n");
         std::thread::sleep(Duration::from_millis(200));
         let before = metrics_threads();
         std::thread::sleep(Duration::from_secs(1));
@@ -337,34 +555,34 @@ mod tests {
 
     #[test]
     fn answers_a_complete_head_and_waits_for_an_incomplete_one() {
-        assert!(answer_for(b"GET /metrics HTTP/1.1\r\nHost: x\r\n", "m 1\n").is_none());
-        let ok = text(answer_for(b"GET /metrics HTTP/1.1\r\n\r\n", "m 1\n"));
+        assert!(ask(b"GET /metrics HTTP/1.1\r\nHost: x\r\n", "m 1\n").is_none());
+        let ok = text(ask(b"GET /metrics HTTP/1.1\r\n\r\n", "m 1\n"));
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
         assert!(
             ok.ends_with("Content-Length: 4\r\nConnection: close\r\n\r\nm 1\n"),
             "{ok}"
         );
-        let q = text(answer_for(b"GET /metrics?x=1 HTTP/1.1\r\n\r\n", "m"));
+        let q = text(ask(b"GET /metrics?x=1 HTTP/1.1\r\n\r\n", "m"));
         assert!(q.starts_with("HTTP/1.1 200"), "{q}");
-        let other = text(answer_for(b"GET / HTTP/1.1\r\n\r\n", "m"));
+        let other = text(ask(b"GET / HTTP/1.1\r\n\r\n", "m"));
         assert!(other.starts_with("HTTP/1.1 404"), "{other}");
-        let post = text(answer_for(b"POST /metrics HTTP/1.1\r\n\r\n", "m"));
+        let post = text(ask(b"POST /metrics HTTP/1.1\r\n\r\n", "m"));
         assert!(post.starts_with("HTTP/1.1 405"), "{post}");
     }
 
     #[test]
     fn a_head_at_the_limit_without_its_end_is_refused() {
         let head = vec![b'a'; MAX_REQUEST_HEAD];
-        let too_long = text(answer_for(&head, "m"));
+        let too_long = text(ask(&head, "m"));
         assert!(too_long.starts_with("HTTP/1.1 431"), "{too_long}");
-        assert!(answer_for(&head[..MAX_REQUEST_HEAD - 1], "m").is_none());
+        assert!(ask(&head[..MAX_REQUEST_HEAD - 1], "m").is_none());
     }
 
     #[test]
     fn serves_the_published_page_and_closes_connections_past_their_deadline() {
         let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let addr = listener.local_addr().unwrap();
-        let server = MetricsServer::start(listener, "first\n".to_owned()).unwrap();
+        let server = start(listener, "first\n");
         let get = || {
             let mut s = TcpStream::connect(addr).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -374,7 +592,7 @@ mod tests {
             reply
         };
         assert!(get().ends_with("\r\n\r\nfirst\n"));
-        server.publish("second\n".to_owned());
+        server.publish(pages("second\n"));
         let deadline = Instant::now() + Duration::from_secs(5);
         while !get().ends_with("second\n") {
             assert!(Instant::now() < deadline, "the new page is served");
@@ -399,7 +617,7 @@ mod tests {
     fn connections_beyond_the_cap_are_answered_503_at_once() {
         let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let addr = listener.local_addr().unwrap();
-        let _server = MetricsServer::start(listener, "m\n".to_owned()).unwrap();
+        let _server = start(listener, "m\n");
         let held: Vec<TcpStream> = (0..MAX_CONNECTIONS)
             .map(|_| TcpStream::connect(addr).unwrap())
             .collect();

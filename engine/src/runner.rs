@@ -46,6 +46,8 @@ pub struct ShardState {
     pub reports: Arc<Reports>,
     /// The statistics of each runner, by sink index.
     pub stats: RefCell<Vec<(usize, Rc<RefCell<RunnerStats>>)>>,
+    /// The operator's pauses, by sink index: paused, and how many flushes were asked for.
+    pauses: RefCell<Vec<(bool, u64)>>,
     next_report: Cell<Instant>,
     report_seq: Cell<u64>,
 }
@@ -74,6 +76,7 @@ impl ShardState {
             commands,
             reports,
             stats: RefCell::new(Vec::new()),
+            pauses: RefCell::new(Vec::new()),
             next_report: Cell::new(Instant::now()),
             report_seq: Cell::new(0),
         }
@@ -91,16 +94,30 @@ impl ShardState {
                     }
                 }
                 Command::Stop => self.mode.set(Mode::Stop),
+                Command::Pause { sink, flush } => {
+                    let mut pauses = self.pauses.borrow_mut();
+                    if pauses.len() <= sink {
+                        pauses.resize(sink + 1, (false, 0));
+                    }
+                    pauses[sink].0 = true;
+                    pauses[sink].1 += u64::from(flush);
+                }
+                Command::Resume { sink } => {
+                    if let Some(p) = self.pauses.borrow_mut().get_mut(sink) {
+                        p.0 = false;
+                    }
+                }
             }
         }
         let now = Instant::now();
         if force_report || now >= self.next_report.get() {
             self.next_report.set(now + REPORT_INTERVAL);
+            let wall = std::time::SystemTime::now();
             let sinks = self
                 .stats
                 .borrow()
                 .iter()
-                .map(|(sink, st)| st.borrow_mut().report(*sink))
+                .map(|(sink, st)| st.borrow_mut().report(*sink, now, wall))
                 .collect();
             let seq = self.report_seq.get() + 1;
             self.report_seq.set(seq);
@@ -117,6 +134,17 @@ impl ShardState {
                 self.reports.offer(report);
             }
         }
+    }
+}
+
+impl ShardState {
+    /// The operator's pause of sink `sink`: paused, and how many flushes were asked for.
+    pub fn pause_of(&self, sink: usize) -> (bool, u64) {
+        self.pauses
+            .borrow()
+            .get(sink)
+            .copied()
+            .unwrap_or((false, 0))
     }
 }
 
@@ -160,6 +188,11 @@ pub struct Runner {
     topic_name: Rc<str>,
     /// When the source's requests end once the shard was told to stop.
     stop_cap: Option<Instant>,
+    /// The operator's flushes taken so far.
+    flushes: u64,
+    /// When the sink's open objects are next copied into the statistics.
+    next_objects: Instant,
+    objects: Vec<(usize, crate::sink::OpenObject)>,
 }
 
 /// How long a request to the source may take once the shard was told to stop (the control
@@ -320,6 +353,9 @@ impl Runner {
             stream_name,
             topic_name,
             stop_cap: None,
+            flushes: 0,
+            next_objects: Instant::now(),
+            objects: Vec::new(),
         };
         Ok((runner, stats))
     }
@@ -336,15 +372,17 @@ impl Runner {
             None | Some(Ok(())) => {}
             Some(Err(e)) => {
                 let e = self.sink_failure(&e);
-                self.flow.handle_sink_error(e);
+                self.flow.handle_sink_error(Instant::now(), e);
             }
         }
         let result = loop {
             self.shard.service(false);
             let now = Instant::now();
             self.flow.handle_mode(now, self.shard.mode.get());
+            self.take_pause();
             self.take_reports(now);
             self.flow.handle_sink_status(self.sink.status());
+            self.copy_objects(now);
             let action = self.flow.poll_action(now);
             self.cap_requests(now);
             match action {
@@ -384,7 +422,13 @@ impl Runner {
                 Action::TickSink => {
                     if let Some(Err(e)) = unless_stopped(&shard, self.sink.tick()).await {
                         let e = self.sink_failure(&e);
-                        self.flow.handle_sink_error(e);
+                        self.flow.handle_sink_error(Instant::now(), e);
+                    }
+                }
+                Action::FlushSink => {
+                    if let Some(Err(e)) = unless_stopped(&shard, self.sink.flush()).await {
+                        let e = self.sink_failure(&e);
+                        self.flow.handle_sink_error(Instant::now(), e);
                     }
                 }
                 Action::DrainSink { deadline } => {
@@ -392,7 +436,7 @@ impl Runner {
                     // then is stored.
                     if let Some(Err(e)) = unless_stopped(&shard, self.sink.drain(deadline)).await {
                         let e = self.sink_failure(&e);
-                        self.flow.handle_sink_error(e);
+                        self.flow.handle_sink_error(Instant::now(), e);
                     }
                     self.flow.handle_sink_drained();
                 }
@@ -402,9 +446,45 @@ impl Runner {
         result
     }
 
+    /// The operator's pause and flushes of this sink, into the flow.
+    fn take_pause(&mut self) {
+        let (paused, flushes) = self.shard.pause_of(self.index);
+        let flush = flushes > self.flushes;
+        self.flushes = flushes;
+        if paused != self.flow.is_paused() || flush {
+            self.flow.handle_pause(paused, flush);
+        }
+    }
+
+    /// Copies the sink's open objects into the partitions' gauges, once per report.
+    fn copy_objects(&mut self, now: Instant) {
+        if now < self.next_objects {
+            return;
+        }
+        self.next_objects = now + REPORT_INTERVAL;
+        self.objects.clear();
+        self.sink.open_objects(&mut self.objects);
+        let stats = self.flow.stats();
+        let mut stats = stats.borrow_mut();
+        for (slot, gauge) in stats.partitions.iter_mut().enumerate() {
+            if let Some(g) = gauge {
+                g.objects.clear();
+                g.objects.extend(
+                    self.objects
+                        .iter()
+                        .filter(|(s, _)| *s == slot)
+                        .map(|(_, o)| *o),
+                );
+            }
+        }
+    }
+
     /// Moves the sink's reports (and a self-paced sink's memory, when it changed) into the
     /// flow.
     fn take_reports(&mut self, now: Instant) {
+        if let Some(trouble) = self.acks.take_trouble() {
+            self.flow.handle_sink_trouble(now, trouble);
+        }
         self.acks.drain_into(&mut self.reports);
         for ack in self.reports.drain(..) {
             self.flow.handle_sink_event(now, ack);
@@ -586,7 +666,7 @@ impl Runner {
             }
             Some(Err(e)) => {
                 let e = self.sink_failure(&e);
-                self.flow.handle_sink_error(e);
+                self.flow.handle_sink_error(Instant::now(), e);
             }
         }
     }
@@ -756,7 +836,7 @@ impl Runner {
             Some(Ok(())) => true,
             Some(Err(e)) => {
                 let e = self.sink_failure(&e);
-                self.flow.handle_sink_error(e);
+                self.flow.handle_sink_error(Instant::now(), e);
                 false
             }
         }

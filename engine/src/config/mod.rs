@@ -41,6 +41,8 @@ pub const ENV_IGGY_USERNAME: &str = "SPILLWAY_IGGY_USERNAME";
 pub const ENV_IGGY_PASSWORD: &str = "SPILLWAY_IGGY_PASSWORD";
 /// Personal access token for Iggy (used instead of username/password).
 pub const ENV_IGGY_TOKEN: &str = "SPILLWAY_IGGY_TOKEN";
+/// Environment variable for the bearer token of pause and resume (wins over the file).
+pub const ENV_CONTROL_TOKEN: &str = "SPILLWAY_CONTROL_TOKEN";
 
 /// A config problem: which file, which key, what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,15 +236,24 @@ pub struct PinConfig {
     pub core: usize,
 }
 
-/// `[metrics]`.
+/// `[metrics]`: the HTTP listener (metrics, probes, status, pause and resume) and the
+/// progress line.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
-    /// Where to serve `/metrics` (Prometheus text format); `""` turns it off. Port 0 picks a
-    /// free port (logged).
+    /// Where to serve `/metrics` (Prometheus text format), `/health`, `/ready`, `/status` and
+    /// the sinks' pause and resume; `""` turns it off. Port 0 picks a free port (logged).
     pub address: String,
     /// How often to log the progress line; `"0s"` turns it off.
     pub log_interval: Dur,
+    /// The bearer token that pause and resume need (or env `SPILLWAY_CONTROL_TOKEN`). Without
+    /// one they are taken only on a loopback address.
+    pub token: Option<Secret>,
+    /// A file holding the token (its first line); `token` and the environment win over it.
+    pub token_file: Option<PathBuf>,
+    /// `/health` answers 503 once a shard (or the control thread) has not reported for this
+    /// long.
+    pub health_timeout: Dur,
 }
 
 impl Default for MetricsConfig {
@@ -250,6 +261,9 @@ impl Default for MetricsConfig {
         MetricsConfig {
             address: "127.0.0.1:9464".to_owned(),
             log_interval: Dur(std::time::Duration::from_secs(10)),
+            token: None,
+            token_file: None,
+            health_timeout: Dur(std::time::Duration::from_secs(5)),
         }
     }
 }
@@ -566,6 +580,24 @@ pub fn parse(
     config.path = path.to_owned();
     apply_env(&mut config, env);
     validate::validate(&config).map_err(|(key, message)| err(key, message))?;
+    if config.metrics.token.is_none()
+        && let Some(file) = &config.metrics.token_file
+    {
+        let token = std::fs::read_to_string(file).map_err(|e| {
+            err(
+                "metrics.token_file".into(),
+                format!("{}: {e}", file.display()),
+            )
+        })?;
+        let token = token.lines().next().unwrap_or_default().trim();
+        if token.is_empty() {
+            return Err(err(
+                "metrics.token_file".into(),
+                format!("{}: the first line is empty", file.display()),
+            ));
+        }
+        config.metrics.token = Some(Secret::new(token));
+    }
     Ok(config)
 }
 
@@ -581,6 +613,9 @@ fn apply_env(config: &mut Config, env: &dyn Fn(&str) -> Option<String>) {
     }
     if let Some(v) = env(ENV_IGGY_TOKEN) {
         config.iggy.token = Some(Secret::new(v));
+    }
+    if let Some(v) = env(ENV_CONTROL_TOKEN) {
+        config.metrics.token = Some(Secret::new(v));
     }
     for sink in &mut config.sinks {
         if let Some(s3) = &mut sink.s3 {

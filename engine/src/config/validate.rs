@@ -51,6 +51,20 @@ pub(super) fn validate(config: &Config) -> Result<(), Problem> {
                 )
             })?;
     }
+    if config
+        .metrics
+        .token
+        .as_ref()
+        .is_some_and(|t| t.expose().trim().is_empty())
+    {
+        return Err(problem(
+            "metrics.token",
+            "is empty (leave it out to take pause and resume on a loopback address only)",
+        ));
+    }
+    if config.metrics.health_timeout.0.is_zero() {
+        return Err(problem("metrics.health_timeout", "must be more than 0s"));
+    }
     if config.runtime.shard_memory_budget.0 == 0 {
         return Err(problem(
             "runtime.shard_memory_budget",

@@ -53,6 +53,9 @@ pub enum Action {
     Release(Slot),
     /// Run the sink's time-driven work. No answer (a failure: [`Flow::handle_sink_error`]).
     TickSink,
+    /// The operator asked the paused sink to flush: have it finish what it holds (its
+    /// confirmations come as usual). No answer (a failure: [`Flow::handle_sink_error`]).
+    FlushSink,
     /// Tell the sink to finish what it holds by `deadline`. Answer:
     /// [`Flow::handle_sink_drained`].
     DrainSink {

@@ -37,6 +37,7 @@ impl Flow {
     /// A source request failed. Transient errors drop the link and reconnect with backoff;
     /// the others end the run.
     pub fn handle_source_error(&mut self, now: Instant, error: EngineError) {
+        self.stats.borrow_mut().last_error = Some((now, error.message.clone()));
         self.in_poll = None;
         let was = self.link.state;
         self.link.state = LinkState::Down { at: now };

@@ -48,7 +48,7 @@ use tracing::{debug, info, warn};
 pub use action::{Action, Opened};
 pub use config::{Budget, FlowConfig, IggyPlan, Pacing, SourcePlan};
 pub use ids::{Offset, PartitionId, ShardId, Slot};
-pub use stats::RunnerStats;
+pub use stats::{RunnerStats, SinkState, SourceState};
 
 use link::{Link, LinkState};
 use parts::Part;
@@ -121,6 +121,14 @@ pub struct Flow {
     rejected_after_end: u64,
     rng: fastrand::Rng,
     skip_log: RateLimit,
+    /// Paused by the operator: nothing is polled; the rest goes on.
+    paused: bool,
+    /// The operator asked the paused sink to flush what it holds.
+    flush_wanted: bool,
+    /// The link was ready once (the sink is past starting).
+    was_ready: bool,
+    /// The run ended with an error.
+    failed: bool,
 }
 
 impl std::fmt::Debug for Flow {
@@ -169,6 +177,10 @@ impl Flow {
             rejected_after_end: 0,
             rng,
             skip_log: RateLimit::new(SKIP_LOG_INTERVAL, SKIP_LOG_BURST),
+            paused: false,
+            flush_wanted: false,
+            was_ready: false,
+            failed: false,
         };
         if !local.is_empty() || flow.link.plan.is_none() {
             flow.started = true;
@@ -234,6 +246,28 @@ impl Flow {
             }
             _ => {}
         }
+    }
+
+    /// The operator's pause (`paused`), and whether a flush was asked for with it: while
+    /// paused nothing is polled; what is in flight confirms and is stored as usual, the
+    /// connections stay, and (with `flush`) the sink finishes what it holds.
+    pub fn handle_pause(&mut self, paused: bool, flush: bool) {
+        self.paused = paused;
+        self.flush_wanted |= paused && flush;
+        if !paused {
+            self.flush_wanted = false;
+        }
+    }
+
+    /// Whether the operator paused the sink.
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// A problem the sink works around (a connection lost, an upload tried again), for
+    /// `/status`.
+    pub fn handle_sink_trouble(&mut self, now: Instant, what: String) {
+        self.stats.borrow_mut().last_error = Some((now, what));
     }
 
     /// A report of the sink.
@@ -342,7 +376,8 @@ impl Flow {
     }
 
     /// A sink call failed for good: the run ends with it, after storing what is confirmed.
-    pub fn handle_sink_error(&mut self, error: EngineError) {
+    pub fn handle_sink_error(&mut self, now: Instant, error: EngineError) {
+        self.stats.borrow_mut().last_error = Some((now, error.message.clone()));
         self.finish(Err(error));
     }
 
@@ -529,6 +564,7 @@ impl Flow {
     /// The sink's own figures, for the metrics.
     pub fn handle_sink_status(&mut self, status: crate::sink::SinkStatus) {
         let mut stats = self.stats.borrow_mut();
+        stats.sink_failing = status.failing;
         stats.counters.sink_reconnects = status.reconnects;
         stats.counters.sink_retries = status.retries;
         stats.counters.sink_requests = status.requests;
@@ -544,6 +580,41 @@ impl Flow {
 
     /// The next thing to do at `now`.
     pub fn poll_action(&mut self, now: Instant) -> Action {
+        let action = self.next_action(now);
+        self.publish_state();
+        action
+    }
+
+    /// Where the sink is now.
+    pub fn state(&self) -> SinkState {
+        match &self.phase {
+            Phase::Finishing { result: Err(_) } => SinkState::Failed,
+            Phase::Done if self.failed => SinkState::Failed,
+            Phase::Done => SinkState::Stopped,
+            Phase::Finishing { .. } | Phase::Draining { .. } => SinkState::Draining,
+            Phase::Run if !self.was_ready => SinkState::Starting,
+            Phase::Run if self.paused => SinkState::Paused,
+            Phase::Run => SinkState::Running,
+        }
+    }
+
+    fn publish_state(&mut self) {
+        if matches!(self.link.state, LinkState::Up { ready: true }) {
+            self.was_ready = true;
+        }
+        let state = self.state();
+        let source = match self.link.state {
+            LinkState::Down { .. } => SourceState::Down,
+            LinkState::Connecting => SourceState::Connecting,
+            LinkState::Up { .. } => SourceState::Up,
+        };
+        let mut stats = self.stats.borrow_mut();
+        stats.state = state;
+        stats.source = source;
+        stats.generation = self.link.generation;
+    }
+
+    fn next_action(&mut self, now: Instant) -> Action {
         loop {
             match &self.phase {
                 Phase::Done => {
@@ -615,6 +686,7 @@ impl Flow {
         let Phase::Finishing { result } = std::mem::replace(&mut self.phase, Phase::Done) else {
             return Action::Wait { until: now };
         };
+        self.failed = result.is_err();
         self.release_budget();
         if self.rejected_after_end > 0 {
             warn!(
@@ -679,6 +751,12 @@ impl Flow {
         if self.started && now >= self.next_tick {
             self.next_tick = now + self.cfg.tick_interval;
             return Some(Action::TickSink);
+        }
+        if self.paused {
+            if std::mem::take(&mut self.flush_wanted) {
+                return Some(Action::FlushSink);
+            }
+            return None;
         }
         if self.local_done() {
             info!(sink = %self.cfg.name, "generate: all messages confirmed");
@@ -838,7 +916,7 @@ impl Flow {
         if self.started {
             wake = wake.min(self.next_tick);
         }
-        let polling = self.pollable();
+        let polling = self.pollable() && !self.paused;
         for p in self.parts.iter().flatten() {
             if let Some(at) = p.reopen {
                 wake = wake.min(at);

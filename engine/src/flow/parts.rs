@@ -94,6 +94,9 @@ impl Flow {
             committed: stored.map(|s| s.0),
             head: None,
             in_flight: 0,
+            polled: next.0.checked_sub(1),
+            confirmed: part.tracker.watermark(),
+            objects: Vec::new(),
         };
         if slot == self.parts.len() {
             self.parts.push(Some(part));
@@ -117,6 +120,8 @@ impl Flow {
             g.committed = part.stored.map(|s| s.0);
             g.head = part.head.map(|h| h.0);
             g.in_flight = part.tracker.unconfirmed();
+            g.polled = part.tracker.next_poll().checked_sub(1);
+            g.confirmed = part.tracker.watermark();
         }
         let (mut m, mut b) = (0, 0);
         for p in self.parts.iter().flatten() {

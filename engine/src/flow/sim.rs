@@ -1,11 +1,13 @@
 //! A seeded simulation of the flow against a simulated Iggy and a simulated sink, in the
 //! manner of FoundationDB's and TigerBeetle's simulators: random interleavings of polls,
 //! confirmations in any order, sink failures and redeliveries, source errors, group
-//! assignment changes, drains, stops and crashes (a restart from what was stored), with the
-//! delivery contract checked after every step:
+//! assignment changes, the operator's pauses (with and without a flush), drains, stops and
+//! crashes (a restart from what was stored), with the delivery contract checked after every
+//! step:
 //!
 //! - safety: an offset is stored only when every offset up to it was confirmed (or skipped);
-//!   a partition never has more unconfirmed messages than its window;
+//!   a partition never has more unconfirmed messages than its window; nothing is polled
+//!   while the sink is paused;
 //! - liveness: once the faults stop, everything produced is confirmed and stored.
 //!
 //! `SPILLWAY_SIM_SEEDS` (default 2000) sets how many fixed seeds run (0..N), and a tenth as
@@ -52,6 +54,8 @@ struct World {
     stops: u32,
     /// Keep a history of the last steps (when replaying one seed).
     verbose: bool,
+    /// The operator paused the sink.
+    paused: bool,
 }
 
 impl World {
@@ -105,6 +109,7 @@ impl World {
             restarts: 0,
             stops: 0,
             verbose: false,
+            paused: false,
         }
     }
 
@@ -134,6 +139,8 @@ impl World {
         self.sink.events.clear();
         self.budget = Budget::new(self.budget.limit());
         self.flow = Flow::new(self.cfg.clone(), Rc::clone(&self.budget), self.now);
+        // A pause survives nothing: a restart runs the sink.
+        self.paused = false;
     }
 
     /// The sink does something with what it holds.
@@ -252,6 +259,13 @@ impl World {
             self.log(|| format!("mode {mode:?}"));
             self.flow.handle_mode(self.now, mode);
         }
+        if self.fault() && self.rng.u32(0..100) < 3 {
+            self.paused = !self.paused;
+            let flush = self.paused && self.rng.bool();
+            let paused = self.paused;
+            self.log(|| format!("paused {paused} (flush {flush})"));
+            self.flow.handle_pause(paused, flush);
+        }
         if self.cfg.pacing == Pacing::SinkBuffered {
             let held = self.sink.pending.len() as u64 * 10;
             self.flow.handle_sink_buffered(held);
@@ -330,6 +344,9 @@ impl World {
                 offset,
                 count,
             } => {
+                if self.paused {
+                    return Err(format!("{partition:?} polled while the sink is paused"));
+                }
                 if self.group() && !self.server.assigned.contains(&partition) {
                     self.flow.handle_fenced(now);
                     return Ok(());
@@ -362,6 +379,15 @@ impl World {
                 }
             }
             Action::TickSink => {}
+            Action::FlushSink => {
+                if !self.paused {
+                    return Err("a flush while not paused".to_owned());
+                }
+                // The sink finishes what it holds: everything confirms.
+                while !self.sink.pending.is_empty() {
+                    self.sink_step();
+                }
+            }
             Action::DrainSink { .. } => self.flow.handle_sink_drained(),
             Action::Wait { until } => {
                 if self.sink.pending.is_empty() {
@@ -412,6 +438,8 @@ impl World {
     /// Liveness: faults off, everything gets confirmed and stored.
     fn settle(&mut self) -> Result<(), String> {
         self.faults = 0;
+        self.paused = false;
+        self.flow.handle_pause(false, false);
         if self.flow.is_done() || self.flow.is_stopping() {
             self.restart();
         }

@@ -900,3 +900,89 @@ fn empty_polls_back_off_from_200_us_to_the_poll_interval_and_messages_reset_it()
     };
     assert_eq!(until - now, us(200), "the back-off starts again");
 }
+
+#[test]
+fn a_paused_sink_polls_nothing_stores_what_confirms_and_goes_on_when_resumed() {
+    let t0 = Instant::now();
+    let mut flow = Flow::new(config(iggy(&[1], false)), Budget::new(1 << 30), t0);
+    assert_eq!(flow.state(), SinkState::Starting);
+    let a = settle(&mut flow, t0);
+    assert_eq!(answer_poll(&mut flow, t0, &a, 10, 10), 10);
+    assert_eq!(flow.state(), SinkState::Running);
+    flow.handle_pause(true, false);
+    // Nothing is polled while paused, however long it waits (and it does not spin).
+    for step in 1..20 {
+        let now = ms(t0, step * 50);
+        match settle(&mut flow, now) {
+            Action::Wait { until } => assert!(until > now, "the paused flow spins"),
+            other => panic!("paused, the flow asked for {other:?}"),
+        }
+    }
+    assert_eq!(flow.state(), SinkState::Paused);
+    // What was in flight confirms and is stored.
+    let slot = flow.slot(PartitionId(1)).unwrap();
+    flow.handle_sink_event(ms(t0, 1_000), confirm(slot, 0, 9));
+    let store = settle(&mut flow, ms(t0, 1_200));
+    assert_eq!(
+        store,
+        Action::Store {
+            slot,
+            partition: PartitionId(1),
+            offset: Offset(9)
+        }
+    );
+    flow.handle_stored(ms(t0, 1_200), slot, Offset(9));
+    assert!(matches!(
+        settle(&mut flow, ms(t0, 1_300)),
+        Action::Wait { .. }
+    ));
+    // A flush is asked of the sink once.
+    flow.handle_pause(true, true);
+    assert_eq!(settle(&mut flow, ms(t0, 1_400)), Action::FlushSink);
+    assert!(matches!(
+        settle(&mut flow, ms(t0, 1_400)),
+        Action::Wait { .. }
+    ));
+    flow.handle_pause(false, false);
+    assert_eq!(flow.state(), SinkState::Running);
+    let a = settle(&mut flow, ms(t0, 1_500));
+    assert!(
+        matches!(
+            a,
+            Action::Poll {
+                offset: Offset(10),
+                ..
+            }
+        ),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn the_state_tells_starting_draining_and_failed() {
+    let t0 = Instant::now();
+    let mut flow = Flow::new(config(iggy(&[1], false)), Budget::new(1 << 30), t0);
+    flow.handle_source_error(t0, EngineError::transient("refused"));
+    let _ = flow.poll_action(t0);
+    assert_eq!(flow.state(), SinkState::Starting);
+    assert_eq!(flow.stats().borrow().source, SourceState::Down);
+    assert_eq!(
+        flow.stats()
+            .borrow()
+            .last_error
+            .as_ref()
+            .map(|e| e.1.as_str()),
+        Some("refused")
+    );
+    let _ = settle(&mut flow, ms(t0, 1_000));
+    assert_eq!(flow.stats().borrow().source, SourceState::Up);
+    flow.handle_mode(ms(t0, 1_000), Mode::Drain(ms(t0, 2_000)));
+    let _ = flow.poll_action(ms(t0, 1_000));
+    assert_eq!(flow.state(), SinkState::Draining);
+    let mut failing = Flow::new(config(iggy(&[1], false)), Budget::new(1 << 30), t0);
+    let _ = settle(&mut failing, t0);
+    failing.handle_sink_error(t0, EngineError::permanent("denied"));
+    assert_eq!(failing.state(), SinkState::Failed);
+    while !matches!(failing.poll_action(t0), Action::Stop(_)) {}
+    assert_eq!(failing.state(), SinkState::Failed);
+}

@@ -77,6 +77,8 @@ struct AcksInner {
     held_fresh: Cell<bool>,
     /// `held` fell since the engine took it (room may have opened: the engine is woken).
     freed: Cell<bool>,
+    /// The newest trouble the sink noted and the engine has not taken yet (for `/status`).
+    trouble: RefCell<Option<String>>,
 }
 
 /// The channel from a sink (and its tasks) to the engine: shard-local, no locks.
@@ -186,6 +188,18 @@ impl Acks {
             .then(|| self.inner.held.get())
     }
 
+    /// Notes a problem with the destination that the sink works around (a connection lost, an
+    /// upload tried again) for the operator's `/status`: the newest one is kept until the
+    /// engine takes it. Its log line is the sink's own.
+    pub fn trouble(&self, what: impl Into<String>) {
+        *self.inner.trouble.borrow_mut() = Some(what.into());
+    }
+
+    /// The newest trouble noted since the last call.
+    pub fn take_trouble(&self) -> Option<String> {
+        self.inner.trouble.borrow_mut().take()
+    }
+
     /// Moves the queued reports into `out`.
     pub fn drain_into(&self, out: &mut Vec<Ack>) {
         out.append(&mut self.inner.queue.borrow_mut());
@@ -289,6 +303,13 @@ pub trait Sink {
     ) -> Result<Option<u64>, SinkError> {
         Ok(None)
     }
+    /// The objects the sink is writing now, by slot (S3), for the operator's `/status`.
+    fn open_objects(&self, _out: &mut Vec<(usize, OpenObject)>) {}
+    /// The operator asked a paused sink to flush: finish what it holds (an S3 sink completes
+    /// its open objects) and report it, then go on taking messages once resumed.
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
     /// Whether the sink confirms late and in bulk (an S3 object confirms all its messages
     /// when it is complete) and reports the bytes it holds through [`Acks::hold`] after each
     /// change. The engine then paces polling by that figure against
@@ -299,9 +320,25 @@ pub trait Sink {
     }
 }
 
+/// An object a sink is writing (S3), as `/status` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenObject {
+    /// Its first offset.
+    pub first_offset: u64,
+    /// Its last offset so far.
+    pub last_offset: u64,
+    /// Messages in it so far.
+    pub messages: u64,
+    /// Output bytes so far (uploaded parts and what waits for the next one).
+    pub bytes: u64,
+}
+
 /// What a sink reports about its destination.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SinkStatus {
+    /// The destination cannot be reached right now: an MQTT connection is down, or the store
+    /// failed the last upload and it is being tried again.
+    pub failing: bool,
     /// Reconnects to the destination so far.
     pub reconnects: u64,
     /// Failed requests tried again so far (S3: objects polled again after a failure).
@@ -410,6 +447,17 @@ impl Sink for AnySink {
             AnySink::File(s) => s.resume(stream, topic, partition).await,
             AnySink::Mqtt(s) => s.resume(stream, topic, partition).await,
             AnySink::S3(s) => s.resume(stream, topic, partition).await,
+        }
+    }
+    fn open_objects(&self, out: &mut Vec<(usize, OpenObject)>) {
+        if let AnySink::S3(s) = self {
+            s.open_objects(out);
+        }
+    }
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        match self {
+            AnySink::S3(s) => s.flush().await,
+            _ => Ok(()),
         }
     }
     fn paced_by_memory(&self) -> bool {

@@ -420,6 +420,8 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
                     e.message,
                     Rounded(backoff)
                 );
+                ctx.acks
+                    .trouble(format!("MQTT connection to {}: {}", cfg.address, e.message));
             }
         }
         if was_up {

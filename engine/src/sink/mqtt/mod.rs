@@ -261,6 +261,12 @@ impl Sink for MqttSink {
 
     fn status(&self) -> SinkStatus {
         SinkStatus {
+            // Stopped links (a drain closed them) are not down.
+            failing: self.started
+                && self
+                    .links
+                    .iter()
+                    .any(|l| !l.up.get() && !l.finished.get() && !l.stop.get()),
             reconnects: self.links.iter().map(|l| l.reconnects.get()).sum(),
             in_flight_peak: self.peak_in_flight() as u64,
             buffered_peak: 0,

@@ -69,6 +69,11 @@ impl Finisher {
         error: &Failure,
     ) {
         self.failures.set(self.failures.get() + 1);
+        self.failing.set(true);
+        self.acks.trouble(format!(
+            "S3 upload of partition {partition} from offset {first}: {}",
+            error.text
+        ));
         if error.permanent {
             self.events.borrow_mut().push(TaskEvent::Fatal(format!(
                 "S3 refused an upload for good, so the sink stops (nothing past offset {first} of partition {partition} is committed): {}",
@@ -332,6 +337,7 @@ pub(super) async fn complete(
         Ok(size) => {
             debug!(sink = %f.sink, key = %job.claim.key, size, first = job.claim.first, last = job.claim.last, count = job.count, "object complete");
             shared.backoff.set(f.retry_min);
+            f.failing.set(false);
             // A released writer's slot may hold another partition now (or this one taken up
             // anew, from what the store and Iggy say): its confirmations go nowhere.
             if !shared.retired.get() {

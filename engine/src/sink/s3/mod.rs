@@ -468,10 +468,47 @@ impl Sink for S3Sink {
         }
     }
 
+    fn open_objects(&self, out: &mut Vec<(usize, super::OpenObject)>) {
+        for (slot, w) in self.parts.iter().enumerate() {
+            let Some(w) = w else { continue };
+            for open in w.opens() {
+                out.push((
+                    slot,
+                    super::OpenObject {
+                        first_offset: open.first.offset,
+                        last_offset: open.last_offset,
+                        messages: open.count,
+                        bytes: open.upload.as_ref().map_or(0, ObjectWriter::size)
+                            + open.pending_len,
+                    },
+                ));
+            }
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        self.check_fatal()?;
+        for slot in 0..self.parts.len() {
+            let lanes = self.parts[slot].as_ref().map_or(0, |w| w.lanes.len());
+            for lane in 0..lanes {
+                self.absorb(None);
+                let Some(open) = self.parts[slot].as_ref().and_then(|w| w.open(lane)) else {
+                    continue;
+                };
+                // An object of a claimed range closes at the claim's last offset only.
+                if open.claim.is_none() {
+                    self.close(slot, lane).await;
+                }
+            }
+        }
+        self.check_fatal()
+    }
+
     fn status(&self) -> SinkStatus {
         let stats = self.client.stats();
         let open = self.parts.iter().flatten().map(|w| w.opens().count());
         SinkStatus {
+            failing: self.finisher.failing.get(),
             reconnects: 0,
             retries: self.finisher.failures.get(),
             requests: stats.attempts,

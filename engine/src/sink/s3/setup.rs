@@ -143,6 +143,7 @@ impl S3Sink {
             retry_min: cfg.retry_min.0,
             retry_max: cfg.retry_max.0,
             failures: Rc::default(),
+            failing: Rc::default(),
             events: TaskEvents::default(),
             fencing,
         };

@@ -129,6 +129,8 @@ pub(super) struct Finisher {
     pub(super) retry_min: Duration,
     pub(super) retry_max: Duration,
     pub(super) failures: Rc<Cell<u64>>,
+    /// The newest object to settle failed (it is being tried again): the store is failing.
+    pub(super) failing: Rc<Cell<bool>>,
     pub(super) events: TaskEvents,
     /// `s3.conditional_writes = "require"`: objects are written once (`If-None-Match: *`)
     /// and the marker only over the version this member wrote last (`If-Match`).
