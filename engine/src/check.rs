@@ -139,7 +139,7 @@ async fn check_all(config: &Config) -> Vec<Finding> {
     findings
 }
 
-async fn iggy_login(config: &Config) -> Result<(IggyClient, Finder), String> {
+pub(crate) async fn iggy_login(config: &Config) -> Result<(IggyClient, Finder), String> {
     let endpoint: Endpoint =
         crate::control::endpoint(config)?.ok_or_else(|| "no sink reads from Iggy".to_owned())?;
     let iggy = &config.iggy;

@@ -24,6 +24,7 @@ pub mod message;
 pub mod metrics;
 pub mod metrics_http;
 pub mod notify;
+pub mod offsets;
 pub mod operator;
 pub mod ratelog;
 pub mod runner;

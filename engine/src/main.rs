@@ -113,6 +113,12 @@ enum Cmd {
         #[arg(long)]
         address: Option<String>,
     },
+    /// Where each partition of a sink resumes (Iggy's stored offset, the S3 marker, the
+    /// head), and moving it: `show`, `set --to ...`, `skip`.
+    Offsets {
+        #[command(subcommand)]
+        action: OffsetsCmd,
+    },
     /// Resume a paused sink of a running engine.
     Resume {
         /// The engine's TOML config file.
@@ -125,6 +131,82 @@ enum Cmd {
         #[arg(long)]
         address: Option<String>,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum OffsetsCmd {
+    /// Print each partition's stored offset, S3 marker, head and where it resumes.
+    Show {
+        #[command(flatten)]
+        which: Which,
+    },
+    /// Make the next run resume where asked: Iggy's stored offset and the S3 marker both.
+    Set {
+        #[command(flatten)]
+        which: Which,
+        /// OFFSET (resume at it), earliest, latest (only what comes next), +N or -N (from
+        /// where it resumes now).
+        #[arg(long, allow_hyphen_values = true)]
+        to: spillway::offsets::Target,
+        /// Even while an engine seems to run the sink.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Move past the next message(s) where each partition resumes (a poison message),
+    /// naming what is skipped.
+    Skip {
+        #[command(flatten)]
+        which: Which,
+        /// How many messages.
+        #[arg(long, default_value_t = 1)]
+        count: u64,
+        /// Even while an engine seems to run the sink.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct Which {
+    /// The engine's TOML config file.
+    #[arg(short, long)]
+    config: PathBuf,
+    /// The sink's name.
+    #[arg(long)]
+    sink: String,
+    /// One partition only.
+    #[arg(long)]
+    partition: Option<u32>,
+}
+
+fn offsets(action: OffsetsCmd) -> ExitCode {
+    use spillway::offsets::Op;
+    let (which, op, force) = match action {
+        OffsetsCmd::Show { which } => (which, Op::Show, false),
+        OffsetsCmd::Set { which, to, force } => (which, Op::Set(to), force),
+        OffsetsCmd::Skip {
+            which,
+            count,
+            force,
+        } => (which, Op::Skip(count), force),
+    };
+    let cfg = match config::load(&which.config) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    match spillway::offsets::run(&cfg, &which.sink, which.partition, op, force) {
+        Ok(report) => {
+            let _ = write!(std::io::stdout(), "{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 /// `spillway status|pause|resume`: one request to the running engine; the exit status.
@@ -285,6 +367,7 @@ fn main() -> ExitCode {
             &format!("/sinks/{sink}/resume"),
             false,
         ),
+        Cmd::Offsets { action } => offsets(action),
         Cmd::Run { config } => match load(&config) {
             Ok((cfg, map)) => {
                 let status = spillway::control::run(cfg, map);

@@ -445,3 +445,230 @@ fn under_systemd_the_engine_says_ready_pings_the_watchdog_and_says_it_stops() {
     assert!(tail.contains("STOPPING=1\n"), "{tail:?}");
     assert!(engine.wait(Duration::from_secs(10)).unwrap().success());
 }
+
+/// `spillway offsets <args> --config <config>`.
+fn offsets(config: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["offsets"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--config", config.to_str().unwrap()]);
+    cli(&all, &[])
+}
+
+/// Every object of the bucket but the markers, by key, with its bytes.
+fn object_bytes(bucket: &std::path::Path) -> BTreeMap<String, Vec<u8>> {
+    common::object_files(bucket)
+        .into_iter()
+        .filter(|(key, _, _)| !key.contains(".spillway/"))
+        .map(|(key, path, _)| (key, std::fs::read(path).unwrap()))
+        .collect()
+}
+
+/// Rewinding an S3 sink by 1,000 offsets moves both Iggy's stored offset and the marker (a
+/// rewind of the Iggy consumer alone replays nothing: the marker is later): the next run
+/// writes the same keys with the same bytes. The tool refuses while the engine runs.
+#[test]
+fn offsets_set_rewinds_an_s3_sink_and_the_same_objects_are_written_again() {
+    let s3 = S3Server::start().unwrap();
+    let iggy = IggyServer::start().unwrap();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "rewind", 2);
+    for p in 0..2 {
+        send(&mut admin, &t, p, "r", 0, 2_500);
+    }
+    let metrics = free_addr([127, 0, 0, 1]);
+    let cfg = engine_sections(&iggy).replace("address = \"\"", &format!("address = \"{metrics}\""))
+        + &s3_sink(
+            "s3r",
+            &t,
+            &s3,
+            "key = \"{stream}/{partition}/{first_offset}.{ext}\"\nmax_object_messages = 100\nidle_flush = \"300ms\"",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewind.toml");
+    std::fs::write(&config, &cfg).unwrap();
+    let mut engine = Engine::start(dir.path(), "rewind", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "s3r", 2_499, LONG);
+    // Running: refused, naming the engine's status address.
+    let (code, out, err) = offsets(&config, &["set", "--sink", "s3r", "--to", "-1000"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("answers at http://"), "{err}");
+    stop_clean(&mut engine, Duration::from_secs(30));
+    let before = object_bytes(&s3.bucket_dir());
+    assert_eq!(before.len(), 50, "{:?}", before.keys());
+
+    let (code, out, err) = offsets(&config, &["show", "--sink", "s3r"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ["0", "2499", "2499", "2499", "2500"],
+            ["1", "2499", "2499", "2499", "2500"]
+        ],
+        "{out}"
+    );
+    // The objects of the last 1,000 offsets are lost from the store.
+    let bucket = s3.bucket_dir();
+    let mut removed = 0;
+    for (key, path, _) in common::object_files(&bucket) {
+        let first = key
+            .rsplit('/')
+            .next()
+            .and_then(|f| f.trim_end_matches(".jsonl").parse::<u64>().ok());
+        if first.is_some_and(|f| f >= 1_500) {
+            std::fs::remove_file(path).unwrap();
+            removed += 1;
+        }
+    }
+    assert_eq!(removed, 20);
+
+    // A rewind of the Iggy consumer alone would resume after the marker: nothing replayed.
+    let (code, out, err) = offsets(&config, &["set", "--sink", "s3r", "--to", "-1000"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("partition 0: resumes at 1500 (was 2500)"),
+        "{out}"
+    );
+    for p in 0..2 {
+        assert_eq!(stored(&mut admin, &t, "s3r", p), Some(1_499));
+    }
+    let mut engine = Engine::start(dir.path(), "rewind-again", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "s3r", 2_499, LONG);
+    stop_clean(&mut engine, Duration::from_secs(30));
+    let after = object_bytes(&bucket);
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>(),
+        "the same keys"
+    );
+    for (key, bytes) in &before {
+        assert!(after[key] == *bytes, "{key}: the same bytes");
+    }
+    assert!(
+        engine.log().contains("resuming at offset 1500"),
+        "{}",
+        engine.log()
+    );
+}
+
+/// `offsets skip` moves an S3 sink and an MQTT sink past one message, naming it; the next run
+/// delivers everything after it, and it is in no object and no publish.
+#[test]
+fn offsets_skip_passes_one_message_that_then_reaches_neither_sink() {
+    use spillway_tests::{Subscriber, SubscriberOpts};
+    let broker = Mosquitto::start_default().unwrap();
+    let s3 = S3Server::start().unwrap();
+    let iggy = IggyServer::start().unwrap();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "skip", 1);
+    send(&mut admin, &t, 0, "ok", 0, 5);
+    let cfg = engine_sections(&iggy)
+        + &mqtt_sink(
+            "mq",
+            &t,
+            "partitions = [0]",
+            "",
+            &broker.host_port(),
+            "qos = 1\ntopic = \"skip/out\"",
+        )
+        + &s3_sink(
+            "s3s",
+            &t,
+            &s3,
+            "max_object_messages = 100\nidle_flush = \"200ms\"",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("skip.toml");
+    std::fs::write(&config, &cfg).unwrap();
+    let sub = Subscriber::connect(broker.addr(), SubscriberOpts::v4("skip/#").qos(1)).unwrap();
+    let mut engine = Engine::start(dir.path(), "skip", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "mq", 4, LONG);
+    wait_stored(&mut engine, &mut admin, &t, "s3s", 4, LONG);
+    stop_clean(&mut engine, Duration::from_secs(30));
+    // The poison message at offset 5, then four good ones.
+    admin
+        .send(
+            &t.stream,
+            &t.topic,
+            0,
+            &[spillway_tests::TestMessage::new(1_000, b"poison".to_vec())],
+        )
+        .unwrap();
+    send(&mut admin, &t, 0, "ok", 6, 4);
+    for sink in ["mq", "s3s"] {
+        let (code, out, err) = offsets(&config, &["skip", "--sink", sink]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(
+            out.contains("skipping partition 0 offset 5: id 1000, 6 bytes")
+                && out.contains("payload \"poison\""),
+            "{out}"
+        );
+        assert!(out.contains("partition 0: resumes at 6 (was 5)"), "{out}");
+    }
+    let mut engine = Engine::start(dir.path(), "skip-again", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "mq", 9, LONG);
+    wait_stored(&mut engine, &mut admin, &t, "s3s", 9, LONG);
+    stop_clean(&mut engine, Duration::from_secs(30));
+    let got = records(&s3.bucket_dir());
+    let offsets_in_objects: Vec<u64> = got.keys().map(|(_, o)| *o).collect();
+    assert_eq!(offsets_in_objects, [0, 1, 2, 3, 4, 6, 7, 8, 9]);
+    assert!(got.values().all(|n| *n == 1));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sub.messages().len() < 9 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let published: Vec<String> = sub
+        .messages()
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
+        .collect();
+    assert_eq!(published.len(), 9, "{published:?}");
+    assert!(
+        !published.iter().any(|p| p.contains("poison")),
+        "{published:?}"
+    );
+}
+
+/// A consumer-group sink: the tool refuses while the group has members, and once they left
+/// it sets the group's stored offsets (the next member resumes there).
+#[test]
+fn offsets_of_a_consumer_group_sink_are_set_once_no_member_reads_it() {
+    let iggy = IggyServer::start().unwrap();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "grp", 2);
+    admin
+        .create_consumer_group(&t.stream, &t.topic, "g")
+        .unwrap();
+    for p in 0..2 {
+        send(&mut admin, &t, p, "g", 0, 20);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let cfg = common::config(&iggy, &t, "consumer_group = \"g\"", &out, "", "");
+    let config = dir.path().join("grp.toml");
+    std::fs::write(&config, &cfg).unwrap();
+    let mut engine = Engine::start(dir.path(), "grp", &cfg);
+    wait_until("the group stored 19", LONG, || {
+        (0..2).all(|p| common::group_stored(&mut admin, &t, "g", p) == Some(19))
+    });
+    let (code, out_text, err) = offsets(&config, &["set", "--sink", "file-out", "--to", "5"]);
+    assert_eq!(code, 1, "{out_text}{err}");
+    assert!(err.contains("consumer group \"g\" has 1 members"), "{err}");
+    stop_clean(&mut engine, Duration::from_secs(30));
+    let (code, out_text, err) = offsets(&config, &["set", "--sink", "file-out", "--to", "5"]);
+    assert_eq!(code, 0, "{out_text}{err}");
+    for p in 0..2 {
+        assert_eq!(common::group_stored(&mut admin, &t, "g", p), Some(4));
+    }
+    let (code, out_text, err) =
+        offsets(&config, &["set", "--sink", "file-out", "--to", "earliest"]);
+    assert_eq!(code, 0, "{out_text}{err}");
+    for p in 0..2 {
+        assert_eq!(common::group_stored(&mut admin, &t, "g", p), None);
+    }
+}

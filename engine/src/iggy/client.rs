@@ -5,24 +5,26 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use iggy_binary_protocol::codes::{
-    GET_CLUSTER_METADATA_CODE, GET_CONSUMER_GROUP_CODE, GET_CONSUMER_OFFSET_CODE, GET_STREAM_CODE,
-    GET_TOPIC_CODE, JOIN_CONSUMER_GROUP_CODE, LEAVE_CONSUMER_GROUP_CODE, LOGIN_REGISTER_CODE,
-    LOGIN_REGISTER_WITH_PAT_CODE, PING_CODE, POLL_MESSAGES_CODE, STORE_CONSUMER_OFFSET_CODE,
-    SYNC_CONSUMER_GROUP_CODE,
+    DELETE_CONSUMER_OFFSET_CODE, GET_CLUSTER_METADATA_CODE, GET_CONSUMER_GROUP_CODE,
+    GET_CONSUMER_OFFSET_CODE, GET_STREAM_CODE, GET_TOPIC_CODE, JOIN_CONSUMER_GROUP_CODE,
+    LEAVE_CONSUMER_GROUP_CODE, LOGIN_REGISTER_CODE, LOGIN_REGISTER_WITH_PAT_CODE, PING_CODE,
+    POLL_MESSAGES_CODE, STORE_CONSUMER_OFFSET_CODE, SYNC_CONSUMER_GROUP_CODE,
 };
 use iggy_binary_protocol::requests::consumer_groups::{
     GetConsumerGroupRequest, JoinConsumerGroupRequest, LeaveConsumerGroupRequest,
     SyncConsumerGroupRequest,
 };
 use iggy_binary_protocol::requests::consumer_offsets::{
-    GetConsumerOffsetRequest, StoreConsumerOffsetRequest,
+    DeleteConsumerOffsetRequest, GetConsumerOffsetRequest, StoreConsumerOffsetRequest,
 };
 use iggy_binary_protocol::requests::messages::PollMessagesRequest;
 use iggy_binary_protocol::requests::streams::GetStreamRequest;
 use iggy_binary_protocol::requests::system::GetClusterMetadataRequest;
 use iggy_binary_protocol::requests::topics::GetTopicRequest;
 use iggy_binary_protocol::requests::users::{LoginRegisterRequest, LoginRegisterWithPatRequest};
-use iggy_binary_protocol::responses::consumer_groups::SyncConsumerGroupResponse;
+use iggy_binary_protocol::responses::consumer_groups::{
+    ConsumerGroupDetailsResponse, SyncConsumerGroupResponse,
+};
 use iggy_binary_protocol::responses::consumer_offsets::ConsumerOffsetResponse;
 use iggy_binary_protocol::responses::system::ClusterMetadataResponse;
 use iggy_binary_protocol::responses::topics::GetTopicResponse;
@@ -364,6 +366,73 @@ impl IggyClient {
         )
         .await
         .map(|_| ())
+    }
+
+    /// Deletes the stored offset of `consumer` for the partition (the next poll from the
+    /// stored offset starts at the beginning); nothing stored is not an error.
+    pub async fn delete_offset(
+        &mut self,
+        consumer: &WireConsumer,
+        stream: &WireIdentifier,
+        topic: &WireIdentifier,
+        partition: u32,
+    ) -> Result<(), IggyError> {
+        let reply = self
+            .call(
+                DELETE_CONSUMER_OFFSET_CODE,
+                DeleteConsumerOffsetRequest {
+                    consumer: consumer.clone(),
+                    stream_id: stream.clone(),
+                    topic_id: topic.clone(),
+                    partition_id: Some(partition),
+                    ack: AckLevel::default(),
+                },
+            )
+            .await;
+        match reply {
+            Ok(_) => Ok(()),
+            Err(IggyError::Status {
+                code: ResultCode::ConsumerOffsetNotFound,
+            }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// How many members the consumer group has now (`None`: no such group).
+    pub async fn group_members(
+        &mut self,
+        stream: &WireIdentifier,
+        topic: &WireIdentifier,
+        group: &WireIdentifier,
+    ) -> Result<Option<u32>, IggyError> {
+        let reply = self
+            .call(
+                GET_CONSUMER_GROUP_CODE,
+                GetConsumerGroupRequest {
+                    stream_id: stream.clone(),
+                    topic_id: topic.clone(),
+                    group_id: group.clone(),
+                },
+            )
+            .await;
+        match reply {
+            Ok(body) if body.is_empty() => Ok(None),
+            Ok(body) => {
+                let details = ConsumerGroupDetailsResponse::decode_from(&body)
+                    .map_err(|e| IggyError::Malformed(format!("consumer group reply: {e}")))?;
+                Ok(Some(details.group.members_count))
+            }
+            Err(IggyError::Status { code })
+                if code.is_missing_topic()
+                    || matches!(
+                        code,
+                        ResultCode::ConsumerGroupIdNotFound | ResultCode::ConsumerGroupNameNotFound
+                    ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Whether the consumer group exists (without joining it).

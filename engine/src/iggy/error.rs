@@ -259,6 +259,8 @@ pub enum ResultCode {
     TopicNameNotFound,
     /// 3007.
     PartitionNotFound,
+    /// 3021: nothing stored to delete.
+    ConsumerOffsetNotFound,
     /// 4100.
     InvalidOffset,
     /// 5000.
@@ -273,7 +275,7 @@ pub enum ResultCode {
     Other(u32),
 }
 
-const CODES: [(u32, ResultCode, &str); 24] = [
+const CODES: [(u32, ResultCode, &str); 25] = [
     (1, ResultCode::Error, "Error"),
     (3, ResultCode::InvalidCommand, "InvalidCommand"),
     (4, ResultCode::InvalidFormat, "InvalidFormat"),
@@ -301,6 +303,11 @@ const CODES: [(u32, ResultCode, &str); 24] = [
     (2010, ResultCode::TopicIdNotFound, "TopicIdNotFound"),
     (2011, ResultCode::TopicNameNotFound, "TopicNameNotFound"),
     (3007, ResultCode::PartitionNotFound, "PartitionNotFound"),
+    (
+        3021,
+        ResultCode::ConsumerOffsetNotFound,
+        "ConsumerOffsetNotFound",
+    ),
     (4100, ResultCode::InvalidOffset, "InvalidOffset"),
     (
         5000,

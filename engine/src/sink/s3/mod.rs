@@ -30,6 +30,7 @@ mod ledger;
 mod marker;
 mod objects;
 mod ownership;
+mod rewind;
 mod setup;
 mod upload;
 mod writer;
@@ -55,6 +56,7 @@ use self::keys::{ascii, object_values};
 use self::ledger::{Claim, Ledger};
 use self::marker::{Fence, Marker, marker_key};
 use self::objects::{LaneState, OpenState, Rules};
+pub use self::rewind::MarkerState;
 use self::writer::{Completion, Finisher, Open, PartWriter, TaskEvent, TaskEvents};
 use super::{Acks, Sink, SinkError, SinkStatus};
 use crate::config::{
