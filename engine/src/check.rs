@@ -216,31 +216,49 @@ async fn s3(sink: &SinkConfig) -> Result<String, String> {
     s3.probe().await.map_err(|e| e.message)
 }
 
+/// The broker, at the first of its addresses that answers (each is tried in turn, as the
+/// sink does).
 async fn mqtt(sink: &SinkConfig, cfg: &MqttSinkConfig) -> Result<String, String> {
+    let mut problems = Vec::new();
+    for address in cfg.addresses() {
+        match mqtt_at(sink, cfg, address).await {
+            Ok(seen) => return Ok(seen),
+            Err(e) => problems.push(e),
+        }
+    }
+    Err(problems.join("; "))
+}
+
+async fn mqtt_at(sink: &SinkConfig, cfg: &MqttSinkConfig, address: &str) -> Result<String, String> {
     let limit = cfg.connect_timeout.0;
-    let tcp = spillway_net::connect_address(&cfg.address, limit)
+    let tcp = spillway_net::connect_address(address, limit)
         .await
-        .map_err(|e| format!("{}: {e}", cfg.address))?;
+        .map_err(|e| format!("{address}: {e}"))?;
     if !cfg.tls {
-        return mqtt_session(sink, cfg, tcp).await;
+        return mqtt_session(sink, cfg, address, tcp).await;
     }
     let client = match (&cfg.tls_cert, &cfg.tls_key) {
         (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
         _ => None,
     };
-    let config = crate::tls::client_config(cfg.tls_ca.as_deref(), client, &[])
-        .map_err(|e| format!("mqtt TLS: {e}"))?;
-    let name = crate::tls::server_name(&cfg.address, cfg.tls_server_name.as_deref())
+    let config = crate::tls::client_config(
+        cfg.tls_ca.as_deref(),
+        client,
+        &cfg.alpn.iter().map(String::as_bytes).collect::<Vec<_>>(),
+    )
+    .map_err(|e| format!("mqtt TLS: {e}"))?;
+    let name = crate::tls::server_name(address, cfg.tls_server_name.as_deref())
         .map_err(|e| format!("mqtt.tls_server_name: {e}"))?;
     let tls = spillway_net::tls::handshake(&config, name, tcp, limit)
         .await
-        .map_err(|e| format!("{}: TLS handshake: {e}", cfg.address))?;
-    mqtt_session(sink, cfg, tls).await
+        .map_err(|e| format!("{address}: TLS handshake: {e}"))?;
+    mqtt_session(sink, cfg, address, tls).await
 }
 
 async fn mqtt_session<S: AsyncReadRent + AsyncWriteRent>(
     sink: &SinkConfig,
     cfg: &MqttSinkConfig,
+    address: &str,
     mut stream: S,
 ) -> Result<String, String> {
     let protocol = match cfg.protocol {
@@ -284,7 +302,7 @@ async fn mqtt_session<S: AsyncReadRent + AsyncWriteRent>(
                 }
                 Ok(_) => {}
                 Err(e @ SessionError::ConnectionRefused { .. }) => {
-                    return Err(format!("{}: {e}", cfg.address));
+                    return Err(format!("{address}: {e}"));
                 }
                 Err(e) => return Err(e.to_string()),
             },
@@ -332,7 +350,7 @@ async fn mqtt_session<S: AsyncReadRent + AsyncWriteRent>(
     }
     let mut seen = format!(
         "CONNACK from {} (MQTT {}): window {window}",
-        cfg.address, cfg.protocol
+        address, cfg.protocol
     );
     if window < usize::from(cfg.window()) {
         let _ = write!(

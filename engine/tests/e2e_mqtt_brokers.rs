@@ -399,3 +399,103 @@ fn a_denied_publish_on_both_brokers() {
         );
     }
 }
+
+/// `max_publish_rate = 100` (AWS IoT Core's limit per connection): 300 messages take about
+/// 2.9 s (a burst of 10, then 100/s) instead of well under one, and none is dropped.
+#[test]
+fn max_publish_rate_paces_publishes_and_drops_none() {
+    let broker = Mosquitto::start_default().unwrap();
+    let sub = Subscriber::connect(broker.addr(), SubscriberOpts::v4("paced/#").qos(1)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        r#"
+[metrics]
+address = ""
+log_interval = "0s"
+
+[[sink]]
+name = "paced"
+type = "mqtt"
+source = "generate"
+
+[sink.generate]
+partitions = 1
+rate = 0
+size = 20
+messages = 300
+
+[sink.mqtt]
+address = "{}"
+topic = "paced/out"
+qos = 1
+max_publish_rate = 100
+"#,
+        broker.host_port()
+    );
+    let started = std::time::Instant::now();
+    let mut engine = Engine::start(dir.path(), "paced", &cfg);
+    let status = engine.wait(LONG).expect("the generate run ends by itself");
+    assert!(status.success(), "{}", engine.log());
+    let deadline = std::time::Instant::now() + SHORT;
+    while sub.messages().len() < 300 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = started.elapsed();
+    assert_eq!(sub.messages().len(), 300);
+    assert!(
+        took >= Duration::from_millis(2_500),
+        "300 publishes at 100/s took {took:?}"
+    );
+}
+
+/// `mqtt.address` with several brokers: they are tried in turn. The first here refuses
+/// connections (nothing listens); the sink moves on to the second and delivers everything.
+#[test]
+fn a_list_of_broker_addresses_is_tried_in_turn() {
+    let broker = Mosquitto::start_default().unwrap();
+    let dead = spillway_tests::ports::free_loopback_port().unwrap();
+    let sub = Subscriber::connect(broker.addr(), SubscriberOpts::v4("turn/#").qos(1)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        r#"
+[metrics]
+address = ""
+log_interval = "0s"
+
+[[sink]]
+name = "turn"
+type = "mqtt"
+source = "generate"
+
+[sink.generate]
+partitions = 2
+rate = 0
+size = 20
+messages = 200
+
+[sink.mqtt]
+address = "127.0.0.1:{dead}, {}"
+topic = "turn/out"
+qos = 1
+reconnect_min = "20ms"
+"#,
+        broker.host_port()
+    );
+    let mut engine = Engine::start(dir.path(), "turn", &cfg);
+    let status = engine.wait(LONG).expect("the generate run ends by itself");
+    assert!(status.success(), "{}", engine.log());
+    let deadline = std::time::Instant::now() + SHORT;
+    while sub.messages().len() < 200 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(sub.messages().len(), 200);
+    let log = engine.log();
+    assert!(
+        log.contains(&format!("MQTT connection to 127.0.0.1:{dead}")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("connected to MQTT broker {}", broker.host_port())),
+        "{log}"
+    );
+}

@@ -138,3 +138,75 @@ fn a_server_name_the_certificate_does_not_hold_stops_the_engine_with_a_tls_error
         &["NotValidForName", "not valid for"],
     );
 }
+
+/// `mqtt.alpn`: a TLS front that, like AWS IoT Core on port 443, takes MQTT only from clients
+/// that negotiate `x-amzn-mqtt-ca` (a stand-in: mosquitto's listeners have no ALPN setting)
+/// in front of mosquitto. With the key the sink delivers everything through it; without it
+/// `check --connect` reports the broker unreachable and the front counts a refusal.
+#[test]
+fn an_mqtt_sink_with_alpn_reaches_a_broker_that_requires_it() {
+    use spillway_tests::{AlpnTlsProxy, Mosquitto, Subscriber, SubscriberOpts};
+    let broker = Mosquitto::start_default().unwrap();
+    let front = AlpnTlsProxy::start(broker.addr(), "x-amzn-mqtt-ca").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("front-ca.pem");
+    std::fs::write(&ca_file, front.ca_pem()).unwrap();
+    let config = |alpn: &str| {
+        format!(
+            r#"
+[metrics]
+address = ""
+log_interval = "0s"
+
+[[sink]]
+name = "iot"
+type = "mqtt"
+source = "generate"
+
+[sink.generate]
+partitions = 1
+rate = 0
+size = 20
+messages = 50
+
+[sink.mqtt]
+address = "{}"
+tls = true
+tls_ca = "{}"
+tls_server_name = "localhost"
+topic = "iot/out"
+qos = 1
+connect_timeout = "2s"
+{alpn}
+"#,
+            front.host_port(),
+            ca_file.display()
+        )
+    };
+    let without = dir.path().join("no-alpn.toml");
+    std::fs::write(&without, config("")).unwrap();
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["check", "--connect", "--config"])
+        .arg(&without)
+        .output()
+        .unwrap();
+    let (code, out, err) = (
+        checked.status.code(),
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr),
+    );
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(out.contains("PROBLEM sink \"iot\" mqtt"), "{out}");
+    assert!(front.refused() >= 1);
+    let sub = Subscriber::connect(broker.addr(), SubscriberOpts::v4("iot/#").qos(1)).unwrap();
+    let with = config("alpn = [\"x-amzn-mqtt-ca\"]");
+    let mut engine = Engine::start(dir.path(), "alpn", &with);
+    let status = engine.wait(LONG).expect("the generate run ends by itself");
+    assert!(status.success(), "{}", engine.log());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sub.messages().len() < 50 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(sub.messages().len(), 50);
+    assert!(front.accepted() >= 1);
+}

@@ -26,6 +26,7 @@
 //! in parallel. A missing server binary is reported as [`HarnessError::BinaryMissing`]: run
 //! `scripts/setup.sh`.
 
+pub mod alpn_proxy;
 pub mod blackhole;
 mod certs;
 #[cfg(feature = "containers")]
@@ -47,6 +48,7 @@ mod subscriber;
 mod tls;
 mod transport;
 
+pub use alpn_proxy::AlpnTlsProxy;
 pub use blackhole::BlackHoleProxy;
 pub use certs::{IssuedCert, TestCa};
 pub use ejabberd::{EJABBERD_PASSWORD, EJABBERD_USER, Ejabberd, EjabberdOpts};

@@ -131,7 +131,8 @@ pub const V311_QOS2_WINDOW: u16 = 20;
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MqttSinkConfig {
-    /// `host:port` of the broker.
+    /// `host:port` of the broker; several, separated by commas, are tried in turn (the next
+    /// after each failed attempt or lost connection).
     pub address: String,
     /// `"5"` (default) or `"3.1.1"`.
     #[serde(default)]
@@ -163,6 +164,15 @@ pub struct MqttSinkConfig {
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of `tls_cert`.
     pub tls_key: Option<PathBuf>,
+    /// The most PUBLISH packets per second on one connection (AWS IoT Core allows 100): the
+    /// rest waits, nothing is dropped; a tenth of a second's worth may go at once. `0`: no
+    /// limit.
+    #[serde(default)]
+    pub max_publish_rate: f64,
+    /// ALPN protocol names offered in the TLS handshake (AWS IoT Core takes MQTT on port 443
+    /// with `["x-amzn-mqtt-ca"]`).
+    #[serde(default)]
+    pub alpn: Vec<String>,
     /// MQTT keep-alive; a PINGREQ goes out after this long without sending. `"0s"` turns it
     /// off.
     #[serde(default = "defaults::keep_alive")]
@@ -286,6 +296,14 @@ impl fmt::Debug for MqttSinkConfig {
 }
 
 impl MqttSinkConfig {
+    /// The broker addresses, in the order they are tried.
+    pub fn addresses(&self) -> impl Iterator<Item = &str> {
+        self.address
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+    }
+
     /// The keep-alive in whole seconds for CONNECT (at most 65535).
     pub fn keep_alive_secs(&self) -> u16 {
         u16::try_from(self.keep_alive.0.as_secs()).unwrap_or(u16::MAX)

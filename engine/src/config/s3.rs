@@ -6,7 +6,7 @@ use serde::Deserialize;
 use spillway_s3::endpoint::{AddressingStyle, Endpoint};
 
 use super::{PayloadEncoding, Secret};
-use crate::template::key::{KeyTemplate, KeyZone, ValueTemplate};
+use crate::template::key::{KeyTemplate, KeyZone, TimeSource, ValueTemplate};
 use crate::units::{ByteSize, Dur};
 
 /// Record format of objects.
@@ -365,15 +365,21 @@ pub struct S3SinkConfig {
     /// Put before every key (e.g. `"raw/"`); also where the sink's markers live.
     #[serde(default)]
     pub prefix: String,
-    /// Key template: `{stream}`, `{topic}`, `{partition}`, `{date}`, `{hour}`, `{minute}`,
-    /// `{timestamp}`, `{first_offset}`, `{last_offset}`, `{header.NAME}`, `{ext}`; times are of
-    /// the object's first message, offsets zero-padded to 20 digits.
+    /// Key template: `{stream}`, `{topic}`, `{partition}`, `{date}`, `{year}`, `{month}`,
+    /// `{day}`, `{hour}`, `{minute}`, `{timestamp}`, `{first_offset}`, `{last_offset}`,
+    /// `{header.NAME}`, `{json./POINTER}`, `{ext}`; times are of the object's first message,
+    /// offsets zero-padded to 20 digits.
     #[serde(default)]
     pub key: KeyTemplate,
     /// Time zone of `{date}` `{hour}` `{minute}`: `"UTC"`, a fixed offset like `"+02:00"`, or
     /// an IANA zone like `"Europe/Berlin"`.
     #[serde(default)]
     pub time_zone: KeyZone,
+    /// Where the time of the key's date fields and of `record_interval` comes from:
+    /// `"timestamp"` (Iggy's append time), `"origin_timestamp"` (the producer's), or
+    /// `"json:/POINTER"` (a payload field: RFC 3339, or a number since the epoch).
+    #[serde(default)]
+    pub time_source: TimeSource,
     /// `json_lines`, `json_array`, `raw`, `csv`, `parquet`.
     #[serde(default)]
     pub format: Format,

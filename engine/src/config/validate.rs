@@ -321,14 +321,38 @@ fn validate_mqtt(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
             "missing: type = \"mqtt\" needs [sink.mqtt] with at least address and topic",
         ));
     };
-    if !host_port(&m.address) {
+    if m.addresses().next().is_none() {
         return Err(problem(
             key("address"),
-            format!("{:?} is not host:port (e.g. \"127.0.0.1:1883\")", m.address),
+            "is empty: name the broker as host:port (e.g. \"127.0.0.1:1883\"; several, separated by commas, are tried in turn)",
+        ));
+    }
+    if let Some(bad) = m.addresses().find(|a| !host_port(a)) {
+        return Err(problem(
+            key("address"),
+            format!("{bad:?} is not host:port (e.g. \"127.0.0.1:1883\")"),
         ));
     }
     if m.connections == 0 || m.connections > 1024 {
         return Err(problem(key("connections"), "must be 1 to 1024"));
+    }
+    if !m.max_publish_rate.is_finite() || m.max_publish_rate < 0.0 {
+        return Err(problem(
+            key("max_publish_rate"),
+            "must be a number of PUBLISH packets per second, 0 or more (0: no limit)",
+        ));
+    }
+    if !m.alpn.is_empty() && !m.tls {
+        return Err(problem(
+            key("alpn"),
+            "ALPN is part of the TLS handshake: set tls = true as well",
+        ));
+    }
+    if let Some(bad) = m.alpn.iter().find(|p| p.is_empty() || p.len() > 255) {
+        return Err(problem(
+            key("alpn"),
+            format!("{bad:?}: a protocol name is 1 to 255 bytes"),
+        ));
     }
     if m.connections > 1 && !m.client_id.has(Name::Conn) {
         return Err(problem(

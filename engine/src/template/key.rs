@@ -21,6 +21,9 @@ const KEY_NAMES: &[(&str, Name)] = &[
     ("topic", Name::Topic),
     ("partition", Name::Partition),
     ("date", Name::Date),
+    ("year", Name::Year),
+    ("month", Name::Month),
+    ("day", Name::Day),
     ("hour", Name::Hour),
     ("minute", Name::Minute),
     ("timestamp", Name::Timestamp),
@@ -178,13 +181,18 @@ fn render_fields(
             Field::Named(Name::Partition) => {
                 let _ = write!(out, "{}", input.partition.partition);
             }
-            Field::Named(n @ (Name::Date | Name::Hour | Name::Minute)) => {
+            Field::Named(
+                n @ (Name::Date | Name::Year | Name::Month | Name::Day | Name::Hour | Name::Minute),
+            ) => {
                 let t = match civil {
                     Some(t) => t,
                     None => *civil.insert(zone.civil(input.first.timestamp)?),
                 };
                 let _ = match n {
                     Name::Date => write!(out, "{:04}-{:02}-{:02}", t.year(), t.month(), t.day()),
+                    Name::Year => write!(out, "{:04}", t.year()),
+                    Name::Month => write!(out, "{:02}", t.month()),
+                    Name::Day => write!(out, "{:02}", t.day()),
                     Name::Hour => write!(out, "{:02}", t.hour()),
                     _ => write!(out, "{:02}", t.minute()),
                 };
@@ -293,6 +301,75 @@ pub fn escape_into(out: &mut String, value: &str) {
             let _ = write!(out, "%{b:02X}");
         }
     }
+}
+
+/// Where the time of a message's key fields (`{date}`, `{year}` ... `{minute}`,
+/// `{timestamp}`) and of `record_interval` comes from (`s3.time_source`): always from the
+/// message itself, so a replay gives the same keys and cuts the same objects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum TimeSource {
+    /// Iggy's append timestamp (`"timestamp"`).
+    #[default]
+    Append,
+    /// The producer's origin timestamp (`"origin_timestamp"`).
+    Origin,
+    /// A field of the JSON payload (`"json:/POINTER"`): an RFC 3339 time, or a number of
+    /// seconds, milliseconds, microseconds or nanoseconds since the Unix epoch (told apart by
+    /// size: below 10^11 seconds, 10^14 milliseconds, 10^17 microseconds).
+    Json(String),
+}
+
+super::from_text!(TimeSource);
+
+impl TimeSource {
+    /// Parses `"timestamp"`, `"origin_timestamp"` or `"json:/POINTER"`.
+    pub fn parse(text: &str) -> Result<TimeSource, String> {
+        match text {
+            "timestamp" => Ok(TimeSource::Append),
+            "origin_timestamp" => Ok(TimeSource::Origin),
+            _ => match text.strip_prefix("json:") {
+                Some(p) if p.starts_with('/') => Ok(TimeSource::Json(p.to_owned())),
+                _ => Err(format!(
+                    "{text:?} is not \"timestamp\", \"origin_timestamp\" or \"json:/POINTER\" (e.g. \"json:/created_at\")"
+                )),
+            },
+        }
+    }
+
+    /// The time of `m` in µs since the Unix epoch; the error names what is missing.
+    pub fn micros(&self, m: &Message) -> Result<u64, String> {
+        match self {
+            TimeSource::Append => Ok(m.timestamp),
+            TimeSource::Origin => Ok(m.origin_timestamp),
+            TimeSource::Json(pointer) => {
+                let v = json_field(&m.payload, pointer, m.offset)
+                    .map_err(|e| e.replacen("the key template reads", "s3.time_source reads", 1))?;
+                parse_time(&v).map_err(|e| {
+                    format!(
+                        "s3.time_source reads {pointer} of the payload at offset {}: {e}",
+                        m.offset
+                    )
+                })
+            }
+        }
+    }
+}
+
+/// A time from a payload field: RFC 3339, or a number since the epoch in the unit its size
+/// tells (see [`TimeSource::Json`]).
+fn parse_time(v: &str) -> Result<u64, String> {
+    if let Ok(n) = v.parse::<u64>() {
+        return Ok(match n {
+            0..100_000_000_000 => n * 1_000_000,
+            100_000_000_000..100_000_000_000_000 => n * 1_000,
+            100_000_000_000_000..100_000_000_000_000_000 => n,
+            _ => n / 1_000,
+        });
+    }
+    let t: Timestamp = v.parse().map_err(|e| {
+        format!("{v:?} is neither an RFC 3339 time nor a number since the epoch ({e})")
+    })?;
+    u64::try_from(t.as_microsecond()).map_err(|_| format!("{v:?} is before 1970"))
 }
 
 /// The zone of `{date}`, `{hour}` and `{minute}` (`s3.time_zone`): `"UTC"`, `"Z"`, a fixed
@@ -522,6 +599,78 @@ mod tests {
         );
         let t = KeyTemplate::parse("{partition}-{first_offset}-{last_offset}").unwrap();
         assert!(t.render("", &utc, &input, &mut out).is_err());
+    }
+
+    /// Hive-style partition paths for Athena and Glue partition projection, from the time
+    /// the config names: Iggy's, the producer's, or a payload field (RFC 3339 or a number in
+    /// the unit its size tells).
+    #[test]
+    fn hive_style_dates_from_the_time_source() {
+        let t = KeyTemplate::parse(
+            "year={year}/month={month}/day={day}/hour={hour}/{partition}-{first_offset}.{ext}",
+        )
+        .unwrap();
+        let render = |first: &Message| {
+            let mut out = String::new();
+            let input = KeyInput {
+                partition: &part(),
+                first,
+                last_offset: None,
+                ext: "jsonl",
+                split: None,
+            };
+            t.render("", &KeyZone::default(), &input, &mut out).unwrap();
+            out
+        };
+        // 2026-12-06T09:05:00Z.
+        let dec6 = 1_796_547_900_000_000;
+        assert_eq!(
+            render(&msg(dec6)),
+            "year=2026/month=12/day=06/hour=09/3-00000000000000000042.jsonl"
+        );
+        let mut m = msg(0);
+        m.origin_timestamp = dec6;
+        m.payload = Bytes::from_static(br#"{"at":"2025-03-04T05:06:07Z","n":1741064767123}"#);
+        let micros = |source: &str| TimeSource::parse(source).unwrap().micros(&m).unwrap();
+        assert_eq!(micros("timestamp"), 0);
+        assert_eq!(micros("origin_timestamp"), dec6);
+        let at = 1_741_064_767_000_000;
+        assert_eq!(micros("json:/at"), at);
+        assert_eq!(micros("json:/n"), at + 123_000, "milliseconds");
+        let mut copy = m.clone();
+        copy.timestamp = micros("json:/at");
+        assert_eq!(
+            render(&copy),
+            "year=2025/month=03/day=04/hour=05/3-00000000000000000042.jsonl"
+        );
+        // Seconds, milliseconds, microseconds and nanoseconds of one instant.
+        for n in [
+            "1741064767",
+            "1741064767000",
+            "1741064767000000",
+            "1741064767000000000",
+        ] {
+            assert_eq!(parse_time(n), Ok(at), "{n}");
+        }
+        let missing = TimeSource::parse("json:/when")
+            .unwrap()
+            .micros(&m)
+            .unwrap_err();
+        assert!(
+            missing.contains("s3.time_source reads {json./when}") && missing.contains("offset 42"),
+            "{missing}"
+        );
+        m.payload = Bytes::from_static(br#"{"when":"yesterday"}"#);
+        let bad = TimeSource::parse("json:/when")
+            .unwrap()
+            .micros(&m)
+            .unwrap_err();
+        assert!(
+            bad.contains("neither an RFC 3339 time nor a number"),
+            "{bad}"
+        );
+        let wrong = TimeSource::parse("payload.at").unwrap_err();
+        assert!(wrong.contains("json:/POINTER"), "{wrong}");
     }
 
     #[test]

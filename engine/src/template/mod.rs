@@ -30,6 +30,12 @@ pub enum Name {
     Id,
     /// `YYYY-MM-DD` of a time.
     Date,
+    /// `YYYY` of a time.
+    Year,
+    /// `MM` (month) of a time.
+    Month,
+    /// `DD` of a time.
+    Day,
     /// `HH` of a time.
     Hour,
     /// `MM` (minutes) of a time.

@@ -88,9 +88,10 @@ pub struct Ctx {
     pub policy: ErrorPolicy,
     pub dead_letter_topic: Option<MqttStr>,
     pub shaper: Rc<RefCell<Shaper>>,
+    /// The TLS configuration, and the name to check for each broker address.
     pub tls: Option<(
         Arc<rustls::ClientConfig>,
-        rustls::pki_types::ServerName<'static>,
+        Vec<rustls::pki_types::ServerName<'static>>,
     )>,
     /// A failure that stops the sink.
     pub fatal: RefCell<Option<String>>,
@@ -200,6 +201,55 @@ pub struct Link {
     /// The largest payload the broker accepted on this link: only a message larger than any
     /// accepted is suspected of a size limit when connections close right after it.
     largest_accepted: Cell<usize>,
+    /// `max_publish_rate`: PUBLISH packets paced on this connection.
+    pace: RefCell<Option<Pace>>,
+    /// Which of the broker addresses this connection uses now (they are tried in turn).
+    at: Cell<usize>,
+}
+
+/// A token bucket of PUBLISH packets (`mqtt.max_publish_rate`): a tenth of a second's worth
+/// may go at once, the rest waits for tokens; nothing is dropped.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Pace {
+    fn new(rate: f64, now: Instant) -> Pace {
+        let burst = (rate / 10.0).max(1.0);
+        Pace {
+            rate,
+            burst,
+            tokens: burst,
+            at: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let secs = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + secs * self.rate).min(self.burst);
+        self.at = now;
+    }
+
+    /// Takes a token if there is one.
+    fn take(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// When the next token comes.
+    fn next(&self) -> Instant {
+        let missing = (1.0 - self.tokens).max(0.0);
+        self.at + Duration::from_secs_f64(missing / self.rate)
+    }
 }
 
 impl std::fmt::Debug for Link {
@@ -241,7 +291,25 @@ impl Link {
             off_spec: Cell::new(false),
             largest_accepted: Cell::new(0),
             reconnects: Cell::new(0),
+            pace: RefCell::new(
+                (cfg.max_publish_rate > 0.0)
+                    .then(|| Pace::new(cfg.max_publish_rate, Instant::now())),
+            ),
+            at: Cell::new(0),
         }
+    }
+
+    /// The broker address this connection uses now.
+    pub fn address<'a>(&self, cfg: &'a MqttSinkConfig) -> &'a str {
+        let n = cfg.addresses().count().max(1);
+        cfg.addresses()
+            .nth(self.at.get() % n)
+            .unwrap_or(&cfg.address)
+    }
+
+    /// Moves on to the next broker address (with one, stays).
+    fn next_address(&self) {
+        self.at.set(self.at.get().wrapping_add(1));
     }
 
     /// Wakes the writer (new messages, room in the window, replies to send, closing).
@@ -412,16 +480,17 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
                 if link.stop.get() {
                     break;
                 }
+                let address = link.address(cfg);
                 warn!(
                     sink = %ctx.sink,
                     conn = link.index,
-                    "MQTT connection to {}: {}; reconnecting in about {}",
-                    cfg.address,
+                    "MQTT connection to {address}: {}; reconnecting in about {}",
                     e.message,
                     Rounded(backoff)
                 );
                 ctx.acks
-                    .trouble(format!("MQTT connection to {}: {}", cfg.address, e.message));
+                    .trouble(format!("MQTT connection to {address}: {}", e.message));
+                link.next_address();
             }
         }
         if was_up {
@@ -491,14 +560,21 @@ async fn connection(
     clear_first: bool,
 ) -> Result<Closed, ConnectError> {
     let cfg = &ctx.cfg;
-    let tcp = spillway_net::connect_address(&cfg.address, cfg.connect_timeout.0)
+    let address = link.address(cfg);
+    let tcp = spillway_net::connect_address(address, cfg.connect_timeout.0)
         .await
         .map_err(|e| ConnectError::retry(e.to_string()))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&tcp);
     match &ctx.tls {
         None => session(ctx, link, fd, tcp, clean, clear_first).await,
-        Some((config, name)) => {
+        Some((config, names)) => {
             use spillway_net::tls::HandshakeError;
+            let Some(name) = names.get(link.at.get() % names.len().max(1)) else {
+                return Err(ConnectError {
+                    fatal: true,
+                    message: format!("MQTT broker {address}: no TLS server name"),
+                });
+            };
             let tls =
                 spillway_net::tls::handshake(config, name.clone(), tcp, cfg.connect_timeout.0)
                     .await
@@ -507,13 +583,12 @@ async fn connection(
                             ConnectError::retry("the TLS handshake timed out".to_owned())
                         }
                         HandshakeError::Io(e) => {
-                            ConnectError::retry(format!("TLS handshake with {}: {e}", cfg.address))
+                            ConnectError::retry(format!("TLS handshake with {address}: {e}"))
                         }
                         HandshakeError::Tls(tls) => ConnectError {
                             fatal: true,
                             message: format!(
-                                "MQTT broker {}: TLS handshake with {}: {tls}",
-                                cfg.address, cfg.address
+                                "MQTT broker {address}: TLS handshake with {address}: {tls}"
                             ),
                         },
                     })?;
@@ -725,7 +800,7 @@ where
                         };
                         return Err(ConnectError {
                             fatal: !transient_refusal(protocol, code),
-                            message: format!("MQTT broker {}: {e}", cfg.address),
+                            message: format!("MQTT broker {}: {e}", link.address(cfg)),
                         });
                     }
                     Err(e) => return Err(ConnectError::retry(e.to_string())),
@@ -743,7 +818,7 @@ where
                             fatal: true,
                             message: format!(
                                 "MQTT broker {}: TLS: {tls} (waiting for CONNACK)",
-                                cfg.address
+                                link.address(cfg)
                             ),
                         },
                         None => io_err("waiting for CONNACK", e),
@@ -776,7 +851,7 @@ where
         sink = %ctx.sink,
         conn = link.index,
         "connected to MQTT broker {} (MQTT {}, session present: {present}, window {limit_window}, re-sending {resent})",
-        cfg.address,
+        link.address(cfg),
         cfg.protocol
     );
     let write_limit = cfg.keep_alive.0.max(cfg.connect_timeout.0);
@@ -979,7 +1054,7 @@ fn refuse_unsendable(cfg: &MqttSinkConfig, link: &Link) -> Result<(), ConnectErr
         fatal: true,
         message: format!(
             "MQTT broker {}: {why}; no message of this sink could be delivered",
-            cfg.address
+            link.address(cfg)
         ),
     };
     if cfg.qos_header.is_none() && cfg.qos > maximum_qos as u8 {
@@ -1143,6 +1218,18 @@ fn process(ctx: &Ctx, link: &Link, buf: &mut BytesMut) -> Result<usize, String> 
     result.map(|()| packets)
 }
 
+/// When a paced connection (`max_publish_rate`) with messages queued gets its next token.
+fn paced_until(link: &Link) -> Option<Instant> {
+    if link.queue.borrow().is_empty() {
+        return None;
+    }
+    link.pace
+        .borrow()
+        .as_ref()
+        .filter(|p| p.tokens < 1.0)
+        .map(Pace::next)
+}
+
 /// Moves queued messages into the session while its window has room (QoS 0 always), up to
 /// [`MAX_WRITE`] bytes per write.
 fn fill(ctx: &Ctx, link: &Link, now: Instant) {
@@ -1152,6 +1239,7 @@ fn fill(ctx: &Ctx, link: &Link, now: Instant) {
         let mut session = link.session.borrow_mut();
         let mut out = link.out.borrow_mut();
         let mut qos0 = link.qos0.borrow_mut();
+        let mut pace = link.pace.borrow_mut();
         // Refill the window in batches: a broker that acknowledges one message per write
         // (mosquitto) would otherwise get one PUBLISH per PUBACK, a system call or two each
         // way per message. QoS 1/2 messages wait until a quarter of the window is free (or
@@ -1167,6 +1255,15 @@ fn fill(ctx: &Ctx, link: &Link, now: Instant) {
             {
                 break;
             }
+            if queue.is_empty() {
+                break;
+            }
+            if let Some(p) = pace.as_mut()
+                && !p.take(now)
+            {
+                // Paced: the writer sleeps until the next token (`paced_until`).
+                break;
+            }
             let Some(item) = queue.pop_front() else {
                 break;
             };
@@ -1178,6 +1275,9 @@ fn fill(ctx: &Ctx, link: &Link, now: Instant) {
                         publish: e.publish,
                         token: e.token,
                     });
+                    if let Some(p) = pace.as_mut() {
+                        p.tokens += 1.0;
+                    }
                     break;
                 }
                 Err(e) => {
@@ -1225,6 +1325,10 @@ async fn write_loop<W: AsyncWriteRent>(
                 Poll::Pending
             });
             let due = link.session.borrow().poll_timeout();
+            let due = match (due, paced_until(link)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let Some(t) = due else {
                 break wait.await?;
             };
@@ -1291,6 +1395,31 @@ async fn write_loop<W: AsyncWriteRent>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `max_publish_rate`: a tenth of a second's worth at once, then one token per 1/rate,
+    /// and the next token's time is when it comes.
+    #[test]
+    fn the_publish_pace_allows_a_tenth_of_a_second_at_once_then_the_rate() {
+        let t0 = Instant::now();
+        let mut p = Pace::new(100.0, t0);
+        let burst = (0..20).filter(|_| p.take(t0)).count();
+        assert_eq!(burst, 10);
+        let next = p.next();
+        assert!(
+            next >= t0 + Duration::from_micros(9_900) && next <= t0 + Duration::from_micros(10_100),
+            "{:?}",
+            next - t0
+        );
+        assert!(!p.take(t0 + Duration::from_millis(5)));
+        assert!(p.take(t0 + Duration::from_millis(11)));
+        // A second later: a full burst again, not a second's worth.
+        let later = t0 + Duration::from_secs(1);
+        assert_eq!((0..200).filter(|_| p.take(later)).count(), 10);
+        let mut slow = Pace::new(0.5, t0);
+        assert!(slow.take(t0));
+        assert!(!slow.take(t0 + Duration::from_secs(1)));
+        assert!(slow.take(t0 + Duration::from_secs(2)));
+    }
 
     #[test]
     fn portable_311_client_ids_are_short_letters_and_digits() {

@@ -59,11 +59,18 @@ impl MqttSink {
                 (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
                 _ => None,
             };
-            let config = crate::tls::client_config(cfg.tls_ca.as_deref(), client, &[])
-                .map_err(|e| err(format!("mqtt TLS: {e}")))?;
-            let name = crate::tls::server_name(&cfg.address, cfg.tls_server_name.as_deref())
+            let config = crate::tls::client_config(
+                cfg.tls_ca.as_deref(),
+                client,
+                &cfg.alpn.iter().map(String::as_bytes).collect::<Vec<_>>(),
+            )
+            .map_err(|e| err(format!("mqtt TLS: {e}")))?;
+            let names = cfg
+                .addresses()
+                .map(|a| crate::tls::server_name(a, cfg.tls_server_name.as_deref()))
+                .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| err(format!("mqtt.tls_server_name: {e}")))?;
-            Some((config, name))
+            Some((config, names))
         } else {
             None
         };

@@ -3,9 +3,10 @@
 use super::*;
 
 impl S3Sink {
-    pub(super) fn bucket_of(&self, m: &Message) -> Option<u64> {
+    /// The `record_interval` bucket of a message whose time (`s3.time_source`) is `time`.
+    pub(super) fn bucket_at(&self, time: u64) -> Option<u64> {
         let every = self.cfg.record_interval.0.as_micros() as u64;
-        (every > 0).then(|| m.timestamp / every)
+        (every > 0).then(|| time / every)
     }
 
     /// Renders the key of the open object of `slot`'s lane `lane`.

@@ -154,7 +154,6 @@ impl S3Sink {
     /// Between the check for task failures at the top of the loop and the ledger's update
     /// there is no await: a reset of the ledger (a task's failure) is always seen first.
     async fn write_message(&mut self, slot: usize, m: &Message) -> bool {
-        let bucket = self.bucket_of(m);
         loop {
             if self.absorb(Some(slot)) {
                 return false;
@@ -171,6 +170,16 @@ impl S3Sink {
                 self.reject(slot, m, reason);
                 return true;
             }
+            // The message's time for its key and the record-time rotation: from the message
+            // itself, so a replay cuts the same objects under the same keys.
+            let time = match self.cfg.time_source.micros(m) {
+                Ok(t) => t,
+                Err(reason) => {
+                    self.reject(slot, m, reason);
+                    return true;
+                }
+            };
+            let bucket = self.bucket_at(time);
             let step = objects::step(
                 &self.rules,
                 &w.lanes,
@@ -251,7 +260,8 @@ impl S3Sink {
                     first: Message {
                         offset: m.offset,
                         id: m.id,
-                        timestamp: m.timestamp,
+                        // The time the key's fields are of (`s3.time_source`).
+                        timestamp: time,
                         origin_timestamp: m.origin_timestamp,
                         payload: Bytes::new(),
                         headers: Bytes::copy_from_slice(&m.headers),
