@@ -442,29 +442,7 @@ impl IggyClient {
         topic: &WireIdentifier,
         group: &WireIdentifier,
     ) -> Result<bool, IggyError> {
-        let reply = self
-            .call(
-                GET_CONSUMER_GROUP_CODE,
-                GetConsumerGroupRequest {
-                    stream_id: stream.clone(),
-                    topic_id: topic.clone(),
-                    group_id: group.clone(),
-                },
-            )
-            .await;
-        match reply {
-            Ok(body) => Ok(!body.is_empty()),
-            Err(IggyError::Status { code })
-                if code.is_missing_topic()
-                    || matches!(
-                        code,
-                        ResultCode::ConsumerGroupIdNotFound | ResultCode::ConsumerGroupNameNotFound
-                    ) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(e),
-        }
+        Ok(self.group_members(stream, topic, group).await?.is_some())
     }
 
     /// Joins a consumer group (which must exist).
