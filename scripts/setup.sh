@@ -14,17 +14,25 @@
 #   - the nightly toolchain and cargo-fuzz 0.13.2 (cargo): the fuzz targets the tests build and run
 #   - moto[server] 5.2.1 (PyPI): STS on loopback for the AWS credential-chain test
 #   - cargo-deb 3.8.0 (cargo): builds the .deb (scripts/package.sh), which the tests check
+#
+# `scripts/setup.sh --first-run` installs only what the README's first run needs (mosquitto and
+# s3s-fs), so a fresh machine gets to the demo sooner; without it, everything above.
 set -euo pipefail
+
+first_run=false
+[ "${1:-}" = "--first-run" ] && first_run=true
 
 need_apt=()
 command -v mosquitto >/dev/null 2>&1 || need_apt+=(mosquitto)
-command -v mosquitto_sub >/dev/null 2>&1 || need_apt+=(mosquitto-clients)
-command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
-command -v faketime >/dev/null 2>&1 || need_apt+=(faketime)
-[ -x /usr/sbin/ejabberdctl ] || need_apt+=(ejabberd)
-for pkg in libhwloc15 libudev1 linux-perf; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
-done
+if ! $first_run; then
+  command -v mosquitto_sub >/dev/null 2>&1 || need_apt+=(mosquitto-clients)
+  command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+  command -v faketime >/dev/null 2>&1 || need_apt+=(faketime)
+  [ -x /usr/sbin/ejabberdctl ] || need_apt+=(ejabberd)
+  for pkg in libhwloc15 libudev1 linux-perf; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
+  done
+fi
 if [ "${#need_apt[@]}" -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -48,6 +56,11 @@ S3S_VERSION="0.14.1"
 if ! (command -v s3s-fs >/dev/null 2>&1 && s3s-fs --version 2>/dev/null | grep -q "$S3S_VERSION"); then
   echo "setup: installing s3s-fs $S3S_VERSION (cargo install, a few minutes the first time)"
   cargo install "s3s-fs@$S3S_VERSION" --features binary --locked
+fi
+
+if $first_run; then
+  echo "setup: mosquitto $(mosquitto -h 2>/dev/null | head -n1 | awk '{print $3}'), s3s-fs $S3S_VERSION ready (the first run's needs; scripts/setup.sh without --first-run installs what the tests need)"
+  exit 0
 fi
 
 # The fuzz targets (codec/fuzz, s3/fuzz, engine/fuzz): cargo-fuzz on the nightly toolchain.

@@ -12,6 +12,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== the S3 crate's sans-IO core builds without the runtime (no monoio, rustls or sockets)"
 cargo clippy -p spillway-s3 --no-default-features --lib --locked -- -D warnings
 
+echo "== cargo clippy (the engine without Parquet, as the README's first run builds it)"
+cargo clippy -p spillway --no-default-features --all-targets --locked -- -D warnings
 echo "== cargo clippy (test harness with the testcontainers path; compiled, not run: no Docker here)"
 cargo clippy -p spillway-tests --all-targets --features containers --locked -- -D warnings
 

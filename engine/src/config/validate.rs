@@ -728,9 +728,26 @@ fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
     parquet(c, &key)
 }
 
+/// `format = "parquet"` in a build without the `parquet` feature (`built`) is refused, naming
+/// the build that has it.
+fn parquet_built(
+    format: super::Format,
+    built: bool,
+    key: &dyn Fn(&str) -> String,
+) -> Result<(), Problem> {
+    if format == super::Format::Parquet && !built {
+        return Err(problem(
+            key("format"),
+            "this spillway was built without Parquet (the README's first run builds it so, to build faster): build it with `cargo build --release -p spillway`, which has it",
+        ));
+    }
+    Ok(())
+}
+
 /// `[sink.s3.parquet]`, and what `format = "parquet"` rules out.
 fn parquet(c: &super::S3SinkConfig, key: &dyn Fn(&str) -> String) -> Result<(), Problem> {
     let pq = &c.parquet;
+    parquet_built(c.format, cfg!(feature = "parquet"), key)?;
     if c.format != super::Format::Parquet {
         if *pq != super::ParquetConfig::default() {
             return Err(problem(key("parquet"), "is only for format = \"parquet\""));
@@ -803,4 +820,22 @@ fn parquet(c: &super::S3SinkConfig, key: &dyn Fn(&str) -> String) -> Result<(), 
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod built_tests {
+    use super::*;
+
+    #[test]
+    fn parquet_in_a_build_without_it_names_the_key_and_the_build_that_has_it() {
+        let key = |k: &str| format!("sink[0].s3.{k}");
+        let (k, message) = match parquet_built(super::super::Format::Parquet, false, &key) {
+            Err(p) => p,
+            Ok(()) => panic!("refused"),
+        };
+        assert_eq!(k, "sink[0].s3.format");
+        assert!(message.contains("cargo build --release -p spillway"), "{message}");
+        assert!(parquet_built(super::super::Format::Parquet, true, &key).is_ok());
+        assert!(parquet_built(super::super::Format::JsonLines, false, &key).is_ok());
+    }
 }

@@ -64,6 +64,10 @@ use crate::message::{Message, PartitionInfo};
 
 mod compress;
 mod csv;
+#[cfg(feature = "parquet")]
+mod parquet;
+#[cfg(not(feature = "parquet"))]
+#[path = "format/parquet_off.rs"]
 mod parquet;
 
 use self::compress::{Codec, Gzip, OutBuf, Sink};
