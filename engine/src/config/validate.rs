@@ -834,7 +834,10 @@ mod built_tests {
             Ok(()) => panic!("refused"),
         };
         assert_eq!(k, "sink[0].s3.format");
-        assert!(message.contains("cargo build --release -p spillway"), "{message}");
+        assert!(
+            message.contains("cargo build --release -p spillway"),
+            "{message}"
+        );
         assert!(parquet_built(super::super::Format::Parquet, true, &key).is_ok());
         assert!(parquet_built(super::super::Format::JsonLines, false, &key).is_ok());
     }
