@@ -140,32 +140,12 @@ impl Finisher {
     ) -> Result<(), MarkerError> {
         for _ in 0..4 {
             let claims_then = shared.ledger.borrow().claims.clone();
-            let (body, condition) = {
+            let (body, etag) = {
                 let fence = shared.fence.borrow();
                 let marker = Marker::of(&shared.ledger.borrow(), &fence, newest);
-                let condition = self.fencing.then(|| match &fence.etag {
-                    Some(etag) => Condition::Etag(etag.clone()),
-                    None => Condition::Absent,
-                });
-                (marker.to_json(object), condition)
+                (marker.to_json(object), fence.etag.clone())
             };
-            let options = ObjectOptions {
-                condition,
-                ..self.small.clone()
-            };
-            let req = spillway_s3::actions::put_object::request(
-                self.client.endpoint(),
-                &self.bucket,
-                key,
-                spillway_s3::request::Body::from(Bytes::from(body.clone())),
-                &options,
-            )
-            .map_err(|e| MarkerError::Failed(Failure::s3(format_args!("marker {key}"), &e)))?;
-            let refused = match self
-                .client
-                .execute(req, spillway_s3::actions::put_object::parse)
-                .await
-            {
+            let refused = match self.put_marker(key, body.clone(), etag.as_deref()).await {
                 Ok(out) => {
                     shared.fence.borrow_mut().etag = Some(out.etag);
                     if claims_then == shared.ledger.borrow().claims {
@@ -215,6 +195,33 @@ impl Finisher {
     }
 
     /// The marker the store holds and its ETag; `None` when there is none.
+    /// Writes a marker body under `key`: with fencing over the version `etag` this member
+    /// read or wrote (`If-Match`; `If-None-Match: *` when there is none), plainly without.
+    pub(super) async fn put_marker(
+        &self,
+        key: &str,
+        body: Vec<u8>,
+        etag: Option<&str>,
+    ) -> Result<spillway_s3::actions::put_object::PutObjectOutput, spillway_s3::Error> {
+        let options = ObjectOptions {
+            condition: self.fencing.then(|| match etag {
+                Some(e) => Condition::Etag(e.to_owned()),
+                None => Condition::Absent,
+            }),
+            ..self.small.clone()
+        };
+        let req = spillway_s3::actions::put_object::request(
+            self.client.endpoint(),
+            &self.bucket,
+            key,
+            spillway_s3::request::Body::from(Bytes::from(body)),
+            &options,
+        )?;
+        self.client
+            .execute(req, spillway_s3::actions::put_object::parse)
+            .await
+    }
+
     pub(super) async fn read_marker(
         &self,
         key: &str,

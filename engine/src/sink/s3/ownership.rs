@@ -59,26 +59,11 @@ impl S3Sink {
                 etag: etag.clone(),
             };
             if self.finisher.fencing {
-                let options = ObjectOptions {
-                    condition: Some(match &etag {
-                        Some(e) => Condition::Etag(e.clone()),
-                        None => Condition::Absent,
-                    }),
-                    ..self.finisher.small.clone()
-                };
-                let req = spillway_s3::actions::put_object::request(
-                    self.client.endpoint(),
-                    &self.cfg.bucket,
-                    &key,
-                    spillway_s3::request::Body::from(Bytes::from(new.to_json(&old.object))),
-                    &options,
-                )
-                .map_err(|e| SinkError::permanent(format!("marker {key}: {e}")))?;
-                match self
-                    .client
-                    .execute(req, spillway_s3::actions::put_object::parse)
-                    .await
-                {
+                let written = self
+                    .finisher
+                    .put_marker(&key, new.to_json(&old.object), etag.as_deref())
+                    .await;
+                match written {
                     Ok(out) => fence.etag = Some(out.etag),
                     Err(spillway_s3::Error::S3(e)) if e.is_precondition_failed() => {
                         // Another member wrote it between the read and this write.

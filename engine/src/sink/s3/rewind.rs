@@ -6,9 +6,6 @@
 //! claims and marker writes are refused), and a marker that changed between the read and the
 //! write is not overwritten.
 
-use bytes::Bytes;
-use spillway_s3::options::{Condition, ObjectOptions};
-
 use super::S3Sink;
 use super::marker::{Marker, marker_key, owner_id};
 use crate::sink::SinkError;
@@ -29,6 +26,22 @@ pub struct MarkerState {
 }
 
 impl S3Sink {
+    /// The key of `partition`'s marker, and the marker with its ETag if there is one.
+    async fn read_partition_marker(
+        &self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+    ) -> Result<(String, Option<(Marker, Option<String>)>), SinkError> {
+        let key = marker_key(&self.cfg.prefix, &self.name, stream, topic, partition);
+        let found = self
+            .finisher
+            .read_marker(&key)
+            .await
+            .map_err(|e| SinkError::permanent(e.text))?;
+        Ok((key, found))
+    }
+
     /// The marker of `partition`, if there is one.
     pub async fn marker_state(
         &self,
@@ -36,12 +49,7 @@ impl S3Sink {
         topic: &str,
         partition: u32,
     ) -> Result<Option<MarkerState>, SinkError> {
-        let key = marker_key(&self.cfg.prefix, &self.name, stream, topic, partition);
-        let found = self
-            .finisher
-            .read_marker(&key)
-            .await
-            .map_err(|e| SinkError::permanent(e.text))?;
+        let (key, found) = self.read_partition_marker(stream, topic, partition).await?;
         Ok(found.map(|(m, _)| MarkerState {
             key,
             last: m.last,
@@ -62,12 +70,7 @@ impl S3Sink {
         partition: u32,
         next: u64,
     ) -> Result<Option<MarkerState>, SinkError> {
-        let key = marker_key(&self.cfg.prefix, &self.name, stream, topic, partition);
-        let found = self
-            .finisher
-            .read_marker(&key)
-            .await
-            .map_err(|e| SinkError::permanent(e.text))?;
+        let (key, found) = self.read_partition_marker(stream, topic, partition).await?;
         let (old, etag) = match found {
             Some(f) => f,
             None if next == 0 => return Ok(None),
@@ -77,25 +80,9 @@ impl S3Sink {
         new.last = next.checked_sub(1);
         new.claims.retain(|c| c.first >= next);
         new.done.retain(|_, o| *o >= next);
-        let condition = self.finisher.fencing.then(|| match &etag {
-            Some(e) => Condition::Etag(e.clone()),
-            None => Condition::Absent,
-        });
-        let options = ObjectOptions {
-            condition,
-            ..self.finisher.small.clone()
-        };
-        let req = spillway_s3::actions::put_object::request(
-            self.client.endpoint(),
-            &self.cfg.bucket,
-            &key,
-            spillway_s3::request::Body::from(Bytes::from(new.to_json(&old.object))),
-            &options,
-        )
-        .map_err(|e| SinkError::permanent(format!("marker {key}: {e}")))?;
         match self
-            .client
-            .execute(req, spillway_s3::actions::put_object::parse)
+            .finisher
+            .put_marker(&key, new.to_json(&old.object), etag.as_deref())
             .await
         {
             Ok(_) => Ok(Some(MarkerState {
