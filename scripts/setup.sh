@@ -12,11 +12,14 @@
 #   - linux-perf (Debian package): `perf`, for the flame graphs of the bench's s3-sink scenario
 #     (the bench smoke run draws them; without perf it says so and goes on)
 #   - the nightly toolchain and cargo-fuzz 0.13.2 (cargo): the fuzz targets the tests build and run
-#   - moto[server] 5.2.1 (PyPI): STS on loopback for the AWS credential-chain test
+#   - moto[server] 5.2.1 (PyPI): STS on loopback for the AWS credential-chain test, and the
+#     S3 store of the README's first run (spillway-first-run and its test)
 #   - cargo-deb 3.8.0 (cargo): builds the .deb (scripts/package.sh), which the tests check
 #
-# `scripts/setup.sh --first-run` installs only what the README's first run needs (mosquitto and
-# s3s-fs), so a fresh machine gets to the demo sooner; without it, everything above.
+# `scripts/setup.sh --first-run` installs only what the README's first run needs: mosquitto, and
+# moto with its S3 server (moto[s3] 5.2.1, flask, flask-cors from PyPI: seconds, where s3s-fs
+# compiles for about two minutes), so a fresh machine gets to the demo sooner; without it,
+# everything above.
 set -euo pipefail
 
 first_run=false
@@ -52,15 +55,21 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   fi
 fi
 
+MOTO_VERSION="5.2.1"
+if $first_run; then
+  # moto's S3 server alone (the demo's store); the tests' setup below adds the [server] extras.
+  if ! python3 -c "import moto, moto.server, flask_cors, yaml, sys; sys.exit(moto.__version__ != '$MOTO_VERSION')" 2>/dev/null; then
+    echo "setup: installing moto[s3] $MOTO_VERSION with flask and flask-cors (pip)"
+    python3 -m pip install -q --disable-pip-version-check "moto[s3]==$MOTO_VERSION" flask flask-cors
+  fi
+  echo "setup: mosquitto $(mosquitto -h 2>/dev/null | head -n1 | awk '{print $3}'), moto $MOTO_VERSION ready (the first run's needs; scripts/setup.sh without --first-run installs what the tests need)"
+  exit 0
+fi
+
 S3S_VERSION="0.14.1"
 if ! (command -v s3s-fs >/dev/null 2>&1 && s3s-fs --version 2>/dev/null | grep -q "$S3S_VERSION"); then
   echo "setup: installing s3s-fs $S3S_VERSION (cargo install, a few minutes the first time)"
   cargo install "s3s-fs@$S3S_VERSION" --features binary --locked
-fi
-
-if $first_run; then
-  echo "setup: mosquitto $(mosquitto -h 2>/dev/null | head -n1 | awk '{print $3}'), s3s-fs $S3S_VERSION ready (the first run's needs; scripts/setup.sh without --first-run installs what the tests need)"
-  exit 0
 fi
 
 # The fuzz targets (codec/fuzz, s3/fuzz, engine/fuzz): cargo-fuzz on the nightly toolchain.
@@ -74,9 +83,10 @@ if ! (command -v cargo-fuzz >/dev/null 2>&1 && cargo fuzz --version 2>/dev/null 
   cargo install "cargo-fuzz@$CARGO_FUZZ_VERSION" --locked
 fi
 
-# moto's server: a real STS (AssumeRoleWithWebIdentity) on loopback for the credential-chain test.
-MOTO_VERSION="5.2.1"
-if ! python3 -c "import moto, moto.server, sys; sys.exit(moto.__version__ != '$MOTO_VERSION')" 2>/dev/null; then
+# moto's server: a real STS (AssumeRoleWithWebIdentity) on loopback for the credential-chain
+# test, and the first run's S3. joserfc and docker come only with the [server] extras, so a
+# machine that had the first run's moto[s3] gets them here.
+if ! python3 -c "import moto, moto.server, flask_cors, joserfc, docker, sys; sys.exit(moto.__version__ != '$MOTO_VERSION')" 2>/dev/null; then
   echo "setup: installing moto[server] $MOTO_VERSION (pip)"
   python3 -m pip install -q "moto[server]==$MOTO_VERSION"
 fi

@@ -10,13 +10,24 @@
 //! expiry while the chain can renew them. A failed resolution is retried with backoff (1 s
 //! doubling to 60 s), logged at most once a minute, and reported to sinks still waiting for their
 //! first set.
+//!
+//! The chain is the cargo feature `aws-chain` (on by default). A build without it (the README's
+//! first run) refuses an S3 sink without static keys when the configuration is checked, naming
+//! the key; [`chain`] then only answers why.
 
+#[cfg(feature = "aws-chain")]
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+#[cfg(feature = "aws-chain")]
+use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
+#[cfg(feature = "aws-chain")]
 use aws_credential_types::provider::ProvideCredentials as _;
-use spillway_s3::credentials::{Credentials, SharedCredentials};
+#[cfg(feature = "aws-chain")]
+use spillway_s3::credentials::Credentials;
+use spillway_s3::credentials::SharedCredentials;
+#[cfg(feature = "aws-chain")]
 use tracing::{info, warn};
 
 /// A running chain: the credentials it keeps fresh, and its last error.
@@ -38,15 +49,34 @@ impl Chain {
     }
 }
 
+#[cfg(feature = "aws-chain")]
 type Key = (Option<String>, String);
 
+#[cfg(feature = "aws-chain")]
 fn chains() -> &'static Mutex<HashMap<Key, Chain>> {
     static CHAINS: OnceLock<Mutex<HashMap<Key, Chain>>> = OnceLock::new();
     CHAINS.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// Whether this build has the AWS credential chain (the cargo feature `aws-chain`).
+pub const BUILT: bool = cfg!(feature = "aws-chain");
+
+/// The chain for `profile` (the default profile when `None`) in `region`, started on first
+/// use; in a build without the chain, why there is none.
+#[cfg(not(feature = "aws-chain"))]
+pub fn chain(_profile: Option<&str>, _region: &str) -> Result<Chain, String> {
+    Err(NOT_BUILT.to_owned())
+}
+
+/// Why a build without the `aws-chain` feature has no credential chain, and what to do.
+pub const NOT_BUILT: &str = "this spillway was built without the AWS credential chain (the \
+    README's first run builds it so, to build faster): set access_key_id and \
+    secret_access_key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or build it with \
+    `cargo build --release -p spillway`, which has the chain";
+
 /// The chain for `profile` (the default profile when `None`) in `region`, started on first
 /// use.
+#[cfg(feature = "aws-chain")]
 pub fn chain(profile: Option<&str>, region: &str) -> Result<Chain, String> {
     let key = (profile.map(str::to_owned), region.to_owned());
     let mut all = chains().lock().unwrap_or_else(PoisonError::into_inner);
@@ -81,6 +111,7 @@ pub fn refresh_after(expiry: Option<SystemTime>, now: SystemTime) -> Duration {
     half.max(margin).max(Duration::from_millis(200))
 }
 
+#[cfg(feature = "aws-chain")]
 fn resolve_forever(chain: Chain, profile: Option<String>, region: String) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

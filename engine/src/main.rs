@@ -281,32 +281,42 @@ fn load(path: &std::path::Path) -> Result<(config::Config, coremap::CoreMap), St
 }
 
 fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SPILLWAY_LOG")
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    // `SPILLWAY_LOG`: a default level and `target=level` directives, comma-separated
+    // (`info,spillway::sink=debug`); one that does not parse leaves the default.
+    let filter = std::env::var("SPILLWAY_LOG")
+        .ok()
+        .and_then(|v| v.parse::<tracing_subscriber::filter::Targets>().ok())
         // The AWS SDK's credential chain warns of every provider it tries; the engine logs
         // the outcome itself (with every cause, at most once a minute).
-        .unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new("info,aws_config=error,aws_runtime=error")
+        .unwrap_or_else(|| {
+            tracing_subscriber::filter::Targets::new()
+                .with_default(tracing::Level::INFO)
+                .with_target("aws_config", tracing::Level::ERROR)
+                .with_target("aws_runtime", tracing::Level::ERROR)
         });
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         // A closed stderr (`spillway run ... 2>&1 | head -1`) must not end the engine: the
         // default reports a failed log write with `eprintln!`, which panics on that same
         // stderr (exit 101). Lines that cannot be written are dropped.
-        .log_internal_errors(false)
-        .with_env_filter(filter);
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => {
             // Colour only for a person at a terminal: a journal, a file or a pipe gets plain
             // text, and NO_COLOR (https://no-color.org) turns it off there too.
             let colour = std::io::stderr().is_terminal()
                 && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-            logs.with_ansi(colour).init();
+            logs.with_ansi(colour).finish().with(filter).init();
         }
         LogFormat::Json => logs
             .json()
             .flatten_event(true)
             .with_current_span(false)
             .with_ansi(false)
+            .finish()
+            .with(filter)
             .init(),
     }
 }

@@ -57,6 +57,8 @@ pub enum HarnessError {
     Tls(String),
     /// The peer sent bytes that are not a valid MQTT packet, or an unexpected one.
     Protocol(String),
+    /// An S3 server answered a harness request with an error, or not in HTTP.
+    S3(String),
     /// The broker answered CONNECT with a refusal.
     ConnectRefused {
         /// The raw CONNACK return code (3.1.1) or reason code (5).
@@ -186,6 +188,7 @@ impl fmt::Display for HarnessError {
             HarnessError::Certificate(msg) => write!(f, "certificate generation failed: {msg}"),
             HarnessError::Tls(msg) => write!(f, "TLS error: {msg}"),
             HarnessError::Protocol(msg) => write!(f, "MQTT protocol error: {msg}"),
+            HarnessError::S3(msg) => write!(f, "S3: {msg}"),
             HarnessError::ConnectRefused { code, reason } => {
                 write!(f, "broker refused CONNECT with code {code} ({reason})")
             }

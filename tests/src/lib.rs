@@ -38,6 +38,7 @@ mod fsutil;
 pub mod iggy;
 pub mod imds;
 mod mosquitto;
+pub mod moto;
 pub mod mqtt_count_proxy;
 mod mqtt_wire;
 pub mod ports;
@@ -59,6 +60,7 @@ pub use iggy::{
     PolledTestBatch, PolledTestMessage, TestConsumer, TestMessage, TestPolling,
 };
 pub use mosquitto::{Mosquitto, MosquittoOpts, TlsMode};
+pub use moto::{MOTO_BUCKET, MotoS3};
 pub use mqtt_count_proxy::{MqttCountProxy, ProxyStats};
 pub use mqtt_wire::{ConnAckInfo, MqttVersion};
 pub use process::{LOG_TAIL_LINES, ServerProcess};

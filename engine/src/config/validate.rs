@@ -617,6 +617,14 @@ fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
         }
         (Some(_), Some(_)) => {}
     }
+    let uses_chain = match c.credentials {
+        super::CredentialSource::Chain => true,
+        super::CredentialSource::Auto => c.access_key_id.is_none(),
+        super::CredentialSource::Static => false,
+    };
+    if uses_chain {
+        chain_built(c.credentials, crate::credentials::BUILT, &key)?;
+    }
     if c.key.needs_last_offset() && c.max_object_size.0 > c.part_size.0 {
         return Err(problem(
             key("key"),
@@ -726,6 +734,25 @@ fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
         ));
     }
     parquet(c, &key)
+}
+
+/// An S3 sink that would use the AWS credential chain (no static keys, or `credentials =
+/// "chain"`) in a build without the `aws-chain` feature (`built`) is refused, naming the keys to
+/// set and the build that has the chain.
+fn chain_built(
+    source: super::CredentialSource,
+    built: bool,
+    key: &dyn Fn(&str) -> String,
+) -> Result<(), Problem> {
+    if built {
+        return Ok(());
+    }
+    let k = if source == super::CredentialSource::Chain {
+        "credentials"
+    } else {
+        "access_key_id"
+    };
+    Err(problem(key(k), crate::credentials::NOT_BUILT))
 }
 
 /// `format = "parquet"` in a build without the `parquet` feature (`built`) is refused, naming
@@ -840,5 +867,27 @@ mod built_tests {
         );
         assert!(parquet_built(super::super::Format::Parquet, true, &key).is_ok());
         assert!(parquet_built(super::super::Format::JsonLines, false, &key).is_ok());
+    }
+
+    #[test]
+    fn the_credential_chain_in_a_build_without_it_names_the_keys_to_set() {
+        use super::super::CredentialSource;
+        let key = |k: &str| format!("sink[0].s3.{k}");
+        for (source, expected) in [
+            (CredentialSource::Auto, "sink[0].s3.access_key_id"),
+            (CredentialSource::Chain, "sink[0].s3.credentials"),
+        ] {
+            let (k, message) = match chain_built(source, false, &key) {
+                Err(p) => p,
+                Ok(()) => panic!("refused"),
+            };
+            assert_eq!(k, expected);
+            assert!(message.contains("secret_access_key"), "{message}");
+            assert!(
+                message.contains("cargo build --release -p spillway"),
+                "{message}"
+            );
+            assert!(chain_built(source, true, &key).is_ok());
+        }
     }
 }

@@ -1,10 +1,11 @@
 //! `spillway-first-run`: the demo behind `scripts/first-run.sh`.
 //!
-//! It starts a mosquitto broker and an s3s-fs store (the harness's servers, on free loopback
-//! ports in temporary directories), subscribes to the demo topic, runs the `spillway` binary
+//! It starts a mosquitto broker and moto's S3 (the harness's servers, on free loopback ports,
+//! mosquitto in a temporary directory; moto installs in seconds where the tests' s3s-fs is
+//! compiled for minutes), subscribes to the demo topic, runs the `spillway` binary
 //! feeding one MQTT sink and one S3 sink, shows a live progress line from the engine's
 //! `/metrics` endpoint, and finally checks that every message was received by the subscriber
-//! and written to an object.
+//! and written to an object (read back through S3's ListObjectsV2 and GetObject).
 //!
 //! Where the messages come from:
 //! - By default, the engine's `generate` source (no Iggy server needed). The engine exits by
@@ -31,14 +32,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use secrecy::{ExposeSecret, SecretString};
 use spillway_tests::ports::free_loopback_port;
 use spillway_tests::{
-    IggyAdmin, Mosquitto, MosquittoOpts, S3Server, Subscriber, SubscriberOpts, TestConsumer,
+    IggyAdmin, Mosquitto, MosquittoOpts, MotoS3, Subscriber, SubscriberOpts, TestConsumer,
     TestMessage,
 };
 
 const USAGE: &str = "usage: spillway-first-run [--messages N] [--engine PATH] [--iggy HOST:PORT]
 
 Runs the spillway engine feeding one MQTT sink and one S3 sink, delivering to a local
-mosquitto and a local s3s-fs it starts, and checks that every message arrived. By default the
+mosquitto and a local S3 (moto) it starts, and checks that every message arrived. By default the
 messages come from the engine's generate source (no Iggy server needed).
 
   --messages N      messages per sink (default 200000; 100 bytes each)
@@ -211,11 +212,11 @@ fn run(args: Args) -> Result<bool, String> {
 /// directory are dropped on return (the servers are killed and their directories removed),
 /// and so is the engine if it still runs.
 fn deliver(engine: &Path, n: u64, mut demo: Option<&mut IggyDemo>) -> Result<bool, String> {
-    println!("first-run: starting mosquitto and s3s-fs on loopback ports");
+    println!("first-run: starting mosquitto and moto's S3 on loopback ports");
     // A large in-flight window on the broker, both ways, so QoS 1 is not held to 20 messages.
     let broker = Mosquitto::start(MosquittoOpts::new().max_inflight_messages(1000))
         .map_err(|e| format!("starting mosquitto: {e}"))?;
-    let store = S3Server::start().map_err(|e| format!("starting s3s-fs: {e}"))?;
+    let store = MotoS3::start().map_err(|e| format!("starting moto's S3: {e}"))?;
     let sub = Subscriber::connect(broker.addr(), SubscriberOpts::v5(FILTER).qos(1))
         .map_err(|e| format!("subscribing to {FILTER} on mosquitto: {e}"))?;
     let dir = tempfile::Builder::new()
@@ -367,7 +368,7 @@ fn deliver(engine: &Path, n: u64, mut demo: Option<&mut IggyDemo>) -> Result<boo
         .collect::<HashSet<_>>()
         .len() as u64;
     let duplicates = received.len() as u64 - distinct;
-    let (objects, lines) = count_lines(&store.bucket_dir())?;
+    let (objects, lines) = count_lines(&store)?;
 
     println!("first-run: summary");
     match demo.as_deref() {
@@ -654,7 +655,7 @@ fn toml_string(value: &str) -> String {
 fn config(
     n: u64,
     broker: &Mosquitto,
-    store: &S3Server,
+    store: &MotoS3,
     metrics: SocketAddr,
     demo: Option<&IggyDemo>,
 ) -> String {
@@ -783,20 +784,21 @@ fn scrape(addr: SocketAddr) -> Option<Sample> {
     Some(sample)
 }
 
-/// (objects, lines) under s3s-fs's bucket directory, leaving out s3s-fs's own bookkeeping and
-/// the sink's `.spillway/` marker objects.
-fn count_lines(bucket_dir: &Path) -> Result<(u64, u64), String> {
-    let files = spillway_tests::object_files(bucket_dir)
-        .map_err(|e| format!("listing {}: {e}", bucket_dir.display()))?;
-    let mut lines = 0;
-    for path in &files {
-        let body = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-        lines += body
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .count() as u64;
-    }
-    Ok((files.len() as u64, lines))
+/// (objects, lines) in the store's bucket, read back through S3 (ListObjectsV2 and GetObject),
+/// leaving out the sink's `.spillway/` marker objects.
+fn count_lines(store: &MotoS3) -> Result<(u64, u64), String> {
+    let objects = store
+        .objects()
+        .map_err(|e| format!("reading the objects back: {e}"))?;
+    let lines = objects
+        .iter()
+        .map(|(_, body)| {
+            body.split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .count() as u64
+        })
+        .sum();
+    Ok((objects.len() as u64, lines))
 }
 
 /// The last lines of the engine's log.
