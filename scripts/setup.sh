@@ -14,6 +14,7 @@
 #   - the nightly toolchain and cargo-fuzz 0.13.2 (cargo): the fuzz targets the tests build and run
 #   - moto[server] 5.2.1 (PyPI): STS on loopback for the AWS credential-chain test, and the
 #     S3 store of the README's first run (spillway-first-run and its test)
+#   - duckdb 2.0.1 (PyPI): a reader the gzip objects are checked with
 #   - cargo-deb 3.8.0 (cargo): builds the .deb (scripts/package.sh), which the tests check
 #
 # `scripts/setup.sh --first-run` installs only what the README's first run needs: mosquitto, and
@@ -96,6 +97,13 @@ PYARROW_VERSION="18.1.0"
 if ! python3 -c "import pyarrow, pyarrow.parquet, sys; sys.exit(pyarrow.__version__ != '$PYARROW_VERSION')" 2>/dev/null; then
   echo "setup: installing pyarrow $PYARROW_VERSION (pip)"
   python3 -m pip install -q "pyarrow==$PYARROW_VERSION"
+fi
+
+# DuckDB: one of the independent readers the gzip objects are checked with (e2e_s3.rs).
+DUCKDB_VERSION="2.0.1"
+if ! python3 -c "import duckdb, sys; sys.exit(duckdb.__version__ != '$DUCKDB_VERSION')" 2>/dev/null; then
+  echo "setup: installing duckdb $DUCKDB_VERSION (pip)"
+  python3 -m pip install -q "duckdb==$DUCKDB_VERSION"
 fi
 
 CARGO_DEB_VERSION="3.8.0"

@@ -29,6 +29,7 @@
 //! objects are removed.
 
 pub(crate) mod data;
+pub(crate) mod orders;
 mod ours;
 #[cfg(feature = "peers")]
 mod peer;
@@ -68,6 +69,8 @@ pub const MIB: u64 = 1 << 20;
 const GIB: f64 = (1u64 << 30) as f64;
 const PARTITIONS: u32 = 4;
 const TOPIC: &str = "events";
+/// The topic of realistic rows ([`orders::order_row`]), as many per partition as [`TOPIC`].
+const ORDERS_TOPIC: &str = "orders";
 
 pub const PEER: &str = "rust-s3 0.38 PutObject 8MiB";
 const NO_PEER: &str = "none (built without peers)";
@@ -161,6 +164,8 @@ pub fn timed<P, R: Send>(
 enum Client {
     /// The engine, json_lines with this codec, checksum crc32c (the default).
     Ours(Codec),
+    /// The same on the realistic rows of [`ORDERS_TOPIC`].
+    OursOrders(Codec),
     /// The engine, json_lines uncompressed, with another integrity mode.
     OursWith(ours::Integrity),
     /// The engine, json_lines uncompressed, objects of one part: one PutObject each.
@@ -185,6 +190,7 @@ impl Client {
     fn name(self) -> String {
         match self {
             Client::Ours(c) => format!("ours, json_lines, {}", c.name()),
+            Client::OursOrders(c) => format!("ours, json_lines, {}, order rows", c.name()),
             Client::OursWith(i) => format!("ours, json_lines, none, {}", i.name()),
             Client::OursSingle => "ours, json_lines, none, 8 MiB objects (PutObject)".to_owned(),
             Client::OursRaw => "ours, raw, none".to_owned(),
@@ -198,6 +204,7 @@ impl Client {
     fn tag(self) -> String {
         match self {
             Client::Ours(c) => format!("ours-{}", c.name()),
+            Client::OursOrders(c) => format!("ours-orders-{}", c.name()),
             Client::OursWith(i) => format!("ours-none-{}", i.tag()),
             Client::OursSingle => "ours-single".to_owned(),
             Client::OursRaw => "ours-raw".to_owned(),
@@ -432,6 +439,7 @@ fn one(
     let name = format!("s3sink-{}-{run}", client.tag());
     match client {
         Client::Ours(_)
+        | Client::OursOrders(_)
         | Client::OursWith(_)
         | Client::OursSingle
         | Client::OursRaw
@@ -439,14 +447,18 @@ fn one(
         | Client::OursSplit => {
             let (codec, integrity) = match client {
                 Client::OursWith(i) => (Codec::None, i),
-                Client::Ours(c) => (c, ours::Integrity::Crc32c),
+                Client::Ours(c) | Client::OursOrders(c) => (c, ours::Integrity::Crc32c),
                 Client::OursSplit => (Codec::Zstd, ours::Integrity::Crc32c),
                 _ => (Codec::None, ours::Integrity::Crc32c),
             };
             let measure = ours::run(&ours::Job {
                 iggy: fx.iggy,
                 stream: fx.stream,
-                topic: TOPIC,
+                topic: if matches!(client, Client::OursOrders(_)) {
+                    ORDERS_TOPIC
+                } else {
+                    TOPIC
+                },
                 partitions: PARTITIONS,
                 per_partition: fx.plan.per_partition,
                 s3: fx.s3,
@@ -619,6 +631,32 @@ fn verdict(ok: bool) -> &'static str {
     if ok { "met" } else { "MISSED" }
 }
 
+/// Every client of a full run, in the order they first run.
+fn all_clients() -> Vec<Client> {
+    let mut clients = vec![
+        Client::Ours(Codec::None),
+        Client::Ours(Codec::Gzip),
+        Client::Ours(Codec::Zstd),
+        Client::OursOrders(Codec::None),
+        Client::OursOrders(Codec::Gzip),
+        Client::OursOrders(Codec::Zstd),
+        Client::OursWith(ours::Integrity::Nothing),
+        Client::OursWith(ours::Integrity::Md5),
+        Client::OursWith(ours::Integrity::Signed),
+        Client::OursSingle,
+        Client::OursRaw,
+        Client::OursParquet(Pq::Zstd),
+        Client::OursParquet(Pq::Snappy),
+        Client::OursParquet(Pq::Typed),
+        Client::OursSplit,
+        Client::Uploader,
+    ];
+    if peer::AVAILABLE {
+        clients.push(Client::Peer);
+    }
+    clients
+}
+
 /// Runs the scenario; returns the rows and the report to print.
 pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, String), String> {
     if !threads::available() {
@@ -647,31 +685,8 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         ));
         data::fill(&mut admin, &stream, TOPIC, PARTITIONS, plan.per_partition)?;
     }
-    let fx = Fixture {
-        plan,
-        s3: &s3,
-        iggy: &iggy,
-        stream: &stream,
-        core: shard_core(),
-    };
-    let mut clients = vec![
-        Client::Ours(Codec::None),
-        Client::Ours(Codec::Gzip),
-        Client::Ours(Codec::Zstd),
-        Client::OursWith(ours::Integrity::Nothing),
-        Client::OursWith(ours::Integrity::Md5),
-        Client::OursWith(ours::Integrity::Signed),
-        Client::OursSingle,
-        Client::OursRaw,
-        Client::OursParquet(Pq::Zstd),
-        Client::OursParquet(Pq::Snappy),
-        Client::OursParquet(Pq::Typed),
-        Client::OursSplit,
-        Client::Uploader,
-    ];
-    if peer::AVAILABLE {
-        clients.push(Client::Peer);
-    }
+    // The realistic rows, only when a client reads them.
+    let mut clients = all_clients();
     if let Ok(only) = std::env::var(ONLY_ENV) {
         let only: Vec<&str> = only.split(',').map(str::trim).collect();
         clients.retain(|c| only.contains(&c.tag().as_str()));
@@ -680,6 +695,31 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
             clients.insert(0, Client::Ours(Codec::None));
         }
     }
+    let mut orders_payload = 0;
+    if clients.iter().any(|c| matches!(c, Client::OursOrders(_))) {
+        let mut admin = iggy.admin().map_err(|e| e.to_string())?;
+        admin
+            .create_topic(&stream, ORDERS_TOPIC, PARTITIONS)
+            .map_err(|e| e.to_string())?;
+        progress(&format!(
+            "filling {PARTITIONS} partitions with {} order rows",
+            plan.messages()
+        ));
+        orders_payload = data::fill_orders(
+            &mut admin,
+            &stream,
+            ORDERS_TOPIC,
+            PARTITIONS,
+            plan.per_partition,
+        )?;
+    }
+    let fx = Fixture {
+        plan,
+        s3: &s3,
+        iggy: &iggy,
+        stream: &stream,
+        core: shard_core(),
+    };
     let mut json: Option<Bytes> = None;
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); clients.len()];
     for run in 0..plan.runs {
@@ -717,7 +757,14 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
     let summaries: Vec<Summary> = clients
         .iter()
         .zip(&samples)
-        .map(|(&c, s)| summarize(c, s, plan.payload()))
+        .map(|(&c, s)| {
+            let payload = if matches!(c, Client::OursOrders(_)) {
+                orders_payload
+            } else {
+                plan.payload()
+            };
+            summarize(c, s, payload)
+        })
         .collect();
     let find = |c: Client| summaries.iter().find(|s| s.client == c);
     let peer = find(Client::Peer);
@@ -761,6 +808,23 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
             unit: "% of a core",
             better: Better::Neither,
         });
+    }
+    // The codecs on realistic rows: speed, CPU and what is stored per payload byte, each
+    // beside the same codec on the padded 1 KiB payloads.
+    for codec in [Codec::None, Codec::Gzip, Codec::Zstd] {
+        if let Some(o) = find(Client::OursOrders(codec)) {
+            let scenario = format!(
+                "iggy_to_s3_{}_order_rows_json_lines_{}",
+                plan.messages(),
+                codec.name()
+            );
+            rows.extend(versus(
+                &scenario,
+                o,
+                find(Client::Ours(codec)),
+                "ours, same codec, padded 1 KiB payloads",
+            ));
+        }
     }
     // What each way of protecting the bodies on the wire costs, beside the default (crc32c).
     for integrity in [

@@ -176,6 +176,160 @@ fn gzip_and_zstd_objects_decompress_to_every_record() {
     assert_eq!(objs.keys().filter(|k| k.starts_with("gz/")).count(), 3);
 }
 
+/// The readers the gzip objects must satisfy, run on the object files: Python's gzip module,
+/// pyarrow's JSON reader over its gzip stream, and DuckDB's `read_json` (gzip told by the
+/// extension). Prints one line per reader: name, records, distinct offsets, min, max.
+const GZIP_READERS: &str = r#"
+import gzip, json, sys
+import pyarrow as pa, pyarrow.json as pj
+import duckdb
+paths = sys.argv[1:]
+def line(name, offsets):
+    print(name, len(offsets), len(set(offsets)), min(offsets), max(offsets))
+offs = []
+for p in paths:
+    with gzip.open(p, "rt") as f:
+        offs += [json.loads(l)["offset"] for l in f if l.strip()]
+line("python-gzip", offs)
+offs = []
+for p in paths:
+    t = pj.read_json(pa.CompressedInputStream(pa.OSFile(p), "gzip"))
+    offs += t.column("offset").to_pylist()
+line("pyarrow", offs)
+offs = []
+for p in paths:
+    offs += [r[0] for r in duckdb.sql(f"select \"offset\" from read_json_auto('{p}')").fetchall()]
+line("duckdb", offs)
+"#;
+
+/// gzip objects larger than a block (1 MiB of input) are several gzip members one after
+/// another; every reader people point at them must read every record: flate2's multi-member
+/// decoder, `gzip -dc` (zcat), Python's gzip, pyarrow and DuckDB. The first member alone holds
+/// fewer records than the object, so the objects really have several members.
+#[test]
+fn gzip_objects_of_several_members_read_whole_in_every_reader() {
+    let s3 = S3Server::start().unwrap();
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3gzmembers", 1);
+    const N: u64 = 5000;
+    let words = [
+        "order",
+        "shipped",
+        "north",
+        "valve",
+        "parcel",
+        "customer",
+        "express",
+        "warehouse",
+        "invoice",
+        "return",
+        "sensor",
+        "pressure",
+        "delivered",
+        "gift",
+        "priority",
+        "backorder",
+    ];
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let messages: Vec<spillway_tests::TestMessage> = (0..N)
+        .map(|n| {
+            let mut text = String::new();
+            while text.len() < 700 + (next() % 600) as usize {
+                text.push_str(words[(next() % words.len() as u64) as usize]);
+                text.push_str(&format!(" {:x} ", next() % 100_000));
+            }
+            let payload = format!(
+                "{{\"n\":{n},\"id\":\"{:016x}\",\"text\":\"{text}\"}}",
+                next()
+            );
+            spillway_tests::TestMessage::new(u128::from(n) + 1, payload.into_bytes())
+        })
+        .collect();
+    common::send_all(&mut admin, &t, 0, &messages);
+    let cfg = engine_sections(&iggy)
+        + &s3_sink(
+            "gzm",
+            &t,
+            &s3,
+            "prefix = \"gzm/\"\ncompression = \"gzip\"\nmax_object_messages = 3000\nidle_flush = \"3s\"",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::start(dir.path(), "gzm", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "gzm", N - 1, LONG);
+    stop_clean(&mut engine, Duration::from_secs(30));
+
+    let files: Vec<(String, std::path::PathBuf)> = common::object_files(&s3.bucket_dir())
+        .into_iter()
+        .filter(|(key, _, _)| key.starts_with("gzm/"))
+        .map(|(key, path, _)| (key, path))
+        .collect();
+    assert!(files.len() >= 2, "{files:?}");
+    let mut offsets = Vec::new();
+    let mut several = 0;
+    for (key, path) in &files {
+        assert!(key.ends_with(".jsonl.gz"), "{key}");
+        let body = std::fs::read(path).unwrap();
+        let mut all = String::new();
+        flate2::read::MultiGzDecoder::new(&body[..])
+            .read_to_string(&mut all)
+            .unwrap();
+        let mut first = String::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_string(&mut first)
+            .unwrap();
+        // Past 1 MiB of input an object is several members.
+        if all.len() > 1 << 20 {
+            assert!(
+                first.lines().count() < all.lines().count(),
+                "{key}: one gzip member holds all {} records ({} bytes)",
+                all.lines().count(),
+                all.len()
+            );
+            several += 1;
+        }
+        for l in all.lines() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            offsets.push(v["offset"].as_u64().unwrap());
+        }
+        let zcat = std::process::Command::new("gzip")
+            .arg("-dc")
+            .arg(path)
+            .output()
+            .expect("gzip");
+        assert!(zcat.status.success(), "gzip -dc {key}: {zcat:?}");
+        assert_eq!(zcat.stdout, all.as_bytes(), "gzip -dc {key}");
+    }
+    assert_eq!(offsets, (0..N).collect::<Vec<_>>());
+    assert!(several >= 1, "no object passed 1 MiB of input: {files:?}");
+
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(GZIP_READERS)
+        .args(files.iter().map(|(_, p)| p))
+        .output()
+        .expect("python3 (scripts/setup.sh installs pyarrow and duckdb)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "readers failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = format!("{N} {N} 0 {}", N - 1);
+    for reader in ["python-gzip", "pyarrow", "duckdb"] {
+        assert!(
+            stdout.lines().any(|l| l == format!("{reader} {want}")),
+            "{reader} did not read every record once: {stdout}"
+        );
+    }
+}
+
 #[test]
 fn a_missing_bucket_is_reported_before_anything_is_polled() {
     let s3 = S3Server::start().unwrap();

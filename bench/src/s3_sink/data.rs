@@ -138,6 +138,36 @@ pub fn fill_sized(
     Ok(())
 }
 
+/// Sends `per_partition` order rows ([`super::orders::order_row`]) to each of `partitions`
+/// partitions, in batches of 1000 (ids from 1); returns the payload bytes sent.
+pub fn fill_orders(
+    admin: &mut IggyAdmin,
+    stream: &str,
+    topic: &str,
+    partitions: u32,
+    per_partition: u64,
+) -> Result<u64, String> {
+    let mut bytes = 0;
+    for p in 0..partitions {
+        let mut sent = 0;
+        while sent < per_partition {
+            let n = (per_partition - sent).min(1000);
+            let batch: Vec<TestMessage> = (sent..sent + n)
+                .map(|seq| {
+                    let row = super::orders::order_row(p, seq);
+                    bytes += row.len() as u64;
+                    TestMessage::new(u128::from(seq) + 1, Bytes::from(row))
+                })
+                .collect();
+            admin
+                .send(stream, topic, p, &batch)
+                .map_err(|e| format!("filling partition {p} of {topic}: {e}"))?;
+            sent += n;
+        }
+    }
+    Ok(bytes)
+}
+
 /// The object files under `dir` (a key prefix in s3s-fs's bucket directory), in key order,
 /// without s3s-fs's own bookkeeping files.
 pub fn object_files(dir: &Path) -> Result<Vec<PathBuf>, String> {

@@ -99,6 +99,9 @@ impl Integrity {
 /// loopback needs no retry (a failed object would still be written again by the sink).
 pub const ATTEMPTS_ENV: &str = "SPILLWAY_BENCH_S3_SINK_ATTEMPTS";
 
+/// `compression_level` for the compressed rows (unset: the sink's default), to compare levels.
+pub const LEVEL_ENV: &str = "SPILLWAY_BENCH_S3_SINK_LEVEL";
+
 /// The sink's settings, as the issue gives them.
 pub const MAX_OBJECT: &str = "64MiB";
 pub const PART: &str = "8MiB";
@@ -144,6 +147,7 @@ parts_in_flight = {PARTS_IN_FLIGHT}
 idle_flush = "1s"
 request_attempts = {attempts}
 {integrity}
+{level}
 {extra}
 "#,
         iggy = job.iggy.addr(),
@@ -167,6 +171,12 @@ request_attempts = {attempts}
         format = job.format,
         extra = job.extra,
         integrity = job.integrity.config(),
+        level = match std::env::var(LEVEL_ENV) {
+            Ok(l) if job.codec != Codec::None && !l.trim().is_empty() => {
+                format!("compression_level = {}", l.trim())
+            }
+            _ => String::new(),
+        },
         attempts = std::env::var(ATTEMPTS_ENV)
             .ok()
             .and_then(|v| v.parse::<u32>().ok())

@@ -33,19 +33,20 @@
 //! - `parquet` (`application/vnd.apache.parquet`, `.parquet`): see [`parquet`]; its pages are
 //!   compressed by the Parquet codec (`s3.parquet.compression`), never the object as a whole.
 //!
-//! Compression is streaming, with the codec contexts kept across objects: gzip (RFC 1952, one
-//! member per object, deflate by miniz_oxide) and zstd (one frame per object, with its content
-//! checksum). The encoded bytes go straight from the codec into the output buffer that
-//! [`Encoder::take`] hands out, so memory stays bounded by what the caller leaves untaken.
+//! Compression keeps its codec contexts across objects. zstd streams (one frame per object,
+//! with its content checksum). gzip is libdeflate, which compresses whole buffers: the input
+//! gathers into blocks of 1 MiB and each block becomes a gzip member, so an object is a
+//! series of members (RFC 1952 allows it; every gzip reader reads it as one stream). It costs
+//! the encoder far less CPU than a streaming deflate at the same ratio (tuning.md). The encoded
+//! bytes go from the codec into the output buffer that [`Encoder::take`] hands out, so memory
+//! stays bounded by what the caller leaves untaken, plus gzip's pending block.
 //!
 //! [`Encoder::output_len`] counts what the codec has emitted, and a codec holds back what it
-//! has not yet written out as a block. gzip (miniz_oxide) writes a block when its buffer of
-//! LZ codes (64 KiB) fills, or after 31 KiB of input that compresses poorly; zstd writes a
-//! block per 128 KiB of input. So, in output bytes, `output_len` lags the size the object would
-//! have if it were finished now by at most about one block: about 64 KiB for gzip (measured:
-//! 31 KiB on random data, 35 KiB on JSON text, for which about 300 KiB of input was pending)
-//! and about 128 KiB for zstd (128 KiB on random data, 16 KiB on JSON text), plus the trailer
-//! (gzip 8 bytes, zstd 4 bytes of checksum and a block header). Uncompressed, it never lags.
+//! has not yet written out. gzip holds up to a block of input (1 MiB; its compressed size is
+//! what [`Encoder::size`] adds for rotation, at the ratio of the last member); zstd writes a
+//! block per 128 KiB of input, so `output_len` lags the size the object would have if it were
+//! finished now by at most about 128 KiB (128 KiB on random data, 16 KiB on JSON text), plus 4
+//! bytes of checksum and a block header. Uncompressed, it never lags.
 //!
 //! The per-record path reuses the encoder's buffers and allocates nothing in steady state,
 //! except for a few cases: a header value of a numeric kind (rendered through
@@ -55,7 +56,6 @@
 use std::fmt;
 
 use bytes::{BufMut as _, Bytes};
-use flate2::Compress;
 use zstd::stream::raw::CParameter;
 
 pub use crate::config::{Compression, Format, FormatOptions, Framing};
@@ -149,14 +149,7 @@ impl Encoder {
         let level = opts.level_in_use()?;
         let codec = match opts.compression {
             Compression::None => Codec::None,
-            Compression::Gzip => {
-                let l = u32::try_from(level).unwrap_or(0);
-                Codec::Gzip(Box::new(Gzip {
-                    deflate: Compress::new(flate2::Compression::new(l), false),
-                    crc: flate2::Crc::new(),
-                    level: l,
-                }))
-            }
+            Compression::Gzip => Codec::Gzip(Box::new(Gzip::new(level)?)),
             Compression::Zstd => {
                 let mut zstd = zstd::stream::raw::Encoder::new(level)
                     .map_err(|e| format!("s3.compression = \"zstd\": {e}"))?;
@@ -395,6 +388,7 @@ impl Encoder {
     /// beyond what its chunks hold).
     pub fn release_spare(&mut self) {
         self.sink.out.spare.clear();
+        self.sink.release_pending();
     }
 
     /// Output bytes not taken yet.
@@ -402,18 +396,24 @@ impl Encoder {
         self.sink.out.filled as u64
     }
 
-    /// What the encoder holds for the current object: the output not taken yet, and for
-    /// `parquet` the rows not yet written as a row group (their size as they came).
+    /// What the encoder holds for the current object: the output not taken yet, gzip's input
+    /// not yet compressed (less than a block), and for `parquet` the rows not yet written as a
+    /// row group (their size as they came).
     pub fn held(&self) -> u64 {
-        self.waiting() + self.parquet.as_ref().map_or(0, |p| p.held())
+        self.waiting()
+            + self.sink.pending_input() as u64
+            + self.parquet.as_ref().map_or(0, |p| p.held())
     }
 
     /// The object's size so far, as rotation by `max_object_size` counts it: the output
-    /// (see [`Encoder::output_len`]), and for `parquet` the rows not yet written, at their
-    /// size before encoding (so an object closed at the limit stays within it, its footer
-    /// aside).
+    /// (see [`Encoder::output_len`]); gzip's pending input at the last member's ratio (at
+    /// its full size before the encoder's first member); and for `parquet` the rows not yet
+    /// written, at their size before encoding (so an object closed at the limit stays within
+    /// it, its footer aside).
     pub fn size(&self) -> u64 {
-        self.output_len() + self.parquet.as_ref().map_or(0, |p| p.held())
+        self.output_len()
+            + self.sink.pending_estimate()
+            + self.parquet.as_ref().map_or(0, |p| p.held())
     }
 
     /// Uncompressed bytes encoded for this object so far.

@@ -4,7 +4,6 @@
 use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
-use flate2::{Compress, FlushCompress};
 use zstd::stream::raw::{Operation as _, OutBuffer};
 
 use super::{ALLOC, GROW, MIN_ROOM};
@@ -26,11 +25,94 @@ pub(super) enum Codec {
     Zstd(Box<zstd::stream::raw::Encoder<'static>>),
 }
 
+/// gzip by libdeflate, which compresses a whole buffer at a time: the input gathers into
+/// blocks of [`GZIP_BLOCK`] bytes, and each block becomes one gzip member (header, deflate
+/// stream, CRC-32 and size). An object is the members one after another, which RFC 1952
+/// allows and every gzip reader takes as one stream (gzip/zcat, Python's gzip, zlib's
+/// `inflate` with automatic header detection, Hadoop's codec, DuckDB, pyarrow; the e2e test
+/// reads them with several). One block costs about 0.5% of the ratio of a single stream.
 pub(super) struct Gzip {
-    /// Raw deflate; the gzip header and trailer are written here.
-    pub(super) deflate: Compress,
-    pub(super) crc: flate2::Crc,
-    pub(super) level: u32,
+    pub(super) compressor: libdeflater::Compressor,
+    /// Input not compressed yet: less than a block (its allocation kept across objects).
+    pub(super) pending: Vec<u8>,
+    /// Output bytes per input byte of the last member, to count the pending input at its
+    /// likely compressed size ([`Sink::pending_estimate`]); 1 before the first member.
+    pub(super) ratio: f64,
+    /// Members written for the current object.
+    pub(super) members: u64,
+}
+
+/// Input bytes per gzip member: 1 MiB. Smaller blocks cost ratio and speed (measured on the
+/// bench's order rows at level 4: 256 KiB 1.9% larger objects and 10% more CPU than 1 MiB;
+/// 4 MiB 0.5% smaller), and every open gzip object holds up to a block of input.
+pub(super) const GZIP_BLOCK: usize = 1 << 20;
+
+thread_local! {
+    /// Where a shard's gzip members are compressed before they are copied to their object's
+    /// output: one block's bound (about 1 MiB) per thread, whatever the number of objects.
+    static GZIP_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Gzip {
+    pub(super) fn new(level: i32) -> Result<Gzip, String> {
+        let lvl = libdeflater::CompressionLvl::new(level)
+            .map_err(|_| format!("gzip level {level} is not 0 to 12"))?;
+        Ok(Gzip {
+            compressor: libdeflater::Compressor::new(lvl),
+            pending: Vec::new(),
+            ratio: 1.0,
+            members: 0,
+        })
+    }
+
+    /// Compresses the pending input into one member at the end of `out`, through the
+    /// thread's scratch buffer (so `out` keeps its usual buffers: a member's bound is larger
+    /// than one of them, and a new allocation per member would cost the kernel a zeroed page per
+    /// 4 KiB). The copy is of the compressed bytes only.
+    fn member(&mut self, out: &mut OutBuf) -> Result<(), String> {
+        let bound = self.compressor.gzip_compress_bound(self.pending.len());
+        let n = GZIP_SCRATCH.with_borrow_mut(|scratch| {
+            if scratch.len() < bound {
+                scratch.resize(bound, 0);
+            }
+            let n = self
+                .compressor
+                .gzip_compress(&self.pending, &mut scratch[..bound])
+                .map_err(|e| format!("gzip: {e}"))?;
+            out.extend(&scratch[..n]);
+            Ok::<usize, String>(n)
+        })?;
+        if !self.pending.is_empty() {
+            self.ratio = n as f64 / self.pending.len() as f64;
+        }
+        self.pending.clear();
+        self.members += 1;
+        Ok(())
+    }
+
+    /// Takes `data` in, writing a member for every block filled.
+    fn write(&mut self, out: &mut OutBuf, mut data: &[u8]) -> Result<(), String> {
+        while !data.is_empty() {
+            if self.pending.capacity() < GZIP_BLOCK {
+                self.pending.reserve_exact(GZIP_BLOCK - self.pending.len());
+            }
+            let take = (GZIP_BLOCK - self.pending.len()).min(data.len());
+            self.pending.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if self.pending.len() == GZIP_BLOCK {
+                self.member(out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The last member (an object with no input gets one empty member: still valid gzip).
+    fn finish(&mut self, out: &mut OutBuf) -> Result<(), String> {
+        if !self.pending.is_empty() || self.members == 0 {
+            self.member(out)?;
+        }
+        Ok(())
+    }
 }
 
 impl Sink {
@@ -42,16 +124,8 @@ impl Sink {
         match &mut self.codec {
             Codec::None => {}
             Codec::Gzip(g) => {
-                g.deflate.reset();
-                g.crc.reset();
-                // RFC 1952 member header: magic, CM = deflate, no flags, no mtime, XFL, OS
-                // unknown.
-                let xfl = match g.level {
-                    9 => 2,
-                    1 => 4,
-                    _ => 0,
-                };
-                self.out.extend(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, xfl, 0xff]);
+                g.pending.clear();
+                g.members = 0;
             }
             Codec::Zstd(z) => {
                 if let Err(e) = z.reinit() {
@@ -71,10 +145,7 @@ impl Sink {
                 self.out.extend(data);
                 Ok(())
             }
-            Codec::Gzip(g) => {
-                g.crc.update(data);
-                deflate(&mut g.deflate, &mut self.out, data, FlushCompress::None)
-            }
+            Codec::Gzip(g) => g.write(&mut self.out, data),
             Codec::Zstd(z) => zstd_write(z, &mut self.out, data),
         };
         if let Err(e) = result {
@@ -88,18 +159,37 @@ impl Sink {
         }
         let result = match &mut self.codec {
             Codec::None => Ok(()),
-            Codec::Gzip(g) => {
-                deflate(&mut g.deflate, &mut self.out, &[], FlushCompress::Finish).map(|()| {
-                    // Trailer: CRC-32 and the input size modulo 2^32, little-endian.
-                    self.out.extend(&g.crc.sum().to_le_bytes());
-                    self.out
-                        .extend(&((self.input & 0xffff_ffff) as u32).to_le_bytes());
-                })
-            }
+            Codec::Gzip(g) => g.finish(&mut self.out),
             Codec::Zstd(z) => zstd_finish(z, &mut self.out),
         };
         if let Err(e) = result {
             self.fail(e);
+        }
+    }
+
+    /// Input the codec holds without having compressed it (gzip's pending block).
+    pub(super) fn pending_input(&self) -> usize {
+        match &self.codec {
+            Codec::Gzip(g) => g.pending.len(),
+            _ => 0,
+        }
+    }
+
+    /// The pending input at the size it will likely have compressed (gzip: at the last
+    /// member's ratio).
+    pub(super) fn pending_estimate(&self) -> u64 {
+        match &self.codec {
+            Codec::Gzip(g) => (g.pending.len() as f64 * g.ratio).ceil() as u64,
+            _ => 0,
+        }
+    }
+
+    /// Lets go of the pending block's allocation while it is empty (an idle writer).
+    pub(super) fn release_pending(&mut self) {
+        if let Codec::Gzip(g) = &mut self.codec
+            && g.pending.is_empty()
+        {
+            g.pending = Vec::new();
         }
     }
 
@@ -113,42 +203,6 @@ impl Sink {
         tracing::error!("s3 object encoder: {e}");
         if self.error.is_none() {
             self.error = Some(e);
-        }
-    }
-}
-
-/// Feeds `input` to the deflater (or finishes its stream), writing what it emits to `out`.
-pub(super) fn deflate(
-    c: &mut Compress,
-    out: &mut OutBuf,
-    mut input: &[u8],
-    flush: FlushCompress,
-) -> Result<(), String> {
-    let finishing = flush == FlushCompress::Finish;
-    loop {
-        let room = out.room(MIN_ROOM);
-        let space = room.len();
-        let (in0, out0) = (c.total_in(), c.total_out());
-        let status = c
-            .compress(input, room, flush)
-            .map_err(|e| format!("gzip: {e}"))?;
-        let read = (c.total_in() - in0) as usize;
-        let written = (c.total_out() - out0) as usize;
-        out.commit(written);
-        input = &input[read..];
-        if finishing {
-            if status == flate2::Status::StreamEnd {
-                return Ok(());
-            }
-        } else if input.is_empty() && written < space {
-            // All input taken and nothing more waiting to come out.
-            return Ok(());
-        }
-        if read == 0 && written == 0 {
-            if !finishing && input.is_empty() {
-                return Ok(());
-            }
-            return Err("gzip: the compressor made no progress".to_owned());
         }
     }
 }
