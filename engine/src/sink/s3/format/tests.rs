@@ -1001,7 +1001,7 @@ fn level_validation() {
             .unwrap_err()
             .contains("1 to 22")
     );
-    assert_eq!(level(Compression::Gzip, None).unwrap(), 4);
+    assert_eq!(level(Compression::Gzip, None).unwrap(), 3);
     assert_eq!(level(Compression::Zstd, None).unwrap(), 3);
     assert_eq!(level(Compression::None, None).unwrap(), 0);
     // The extremes are accepted and produce valid streams.
