@@ -2,7 +2,8 @@
 //! the real server named by `SPILLWAY_TEST_IGGY`) holds a topic of 4 partitions filled
 //! beforehand with 1 KiB JSON messages; the engine (in-process, one shard) reads it with a
 //! fresh consumer per run and writes json_lines objects of 64 MiB in 8 MiB parts (2 in flight
-//! per partition) to an s3s-fs the bench starts, uncompressed, gzip and zstd ([`ours`]).
+//! per partition) to an s3s-fs the bench starts, uncompressed, gzip and zstd ([`ours`]); and
+//! the same on realistic rows ([`orders`], a second topic of as many messages).
 //!
 //! Beside it, in the same run and to the same s3s-fs, the same json_lines bytes (those ours
 //! wrote in its first uncompressed run, read back from s3s-fs) are uploaded
@@ -75,7 +76,8 @@ const ORDERS_TOPIC: &str = "orders";
 pub const PEER: &str = "rust-s3 0.38 PutObject 8MiB";
 const NO_PEER: &str = "none (built without peers)";
 const LIMIT: &str = "spillway-s3 alone (store limit)";
-/// Comma-separated client tags (`ours-none`, `ours-gzip`, `ours-zstd`, `ours-none-nosum`, `ours-none-md5`,
+/// Comma-separated client tags (`ours-none`, `ours-gzip`, `ours-zstd`, `ours-orders-none`,
+/// `ours-orders-gzip`, `ours-orders-zstd`, `ours-none-nosum`, `ours-none-md5`,
 /// `ours-none-signed`, `ours-single`, `ours-raw`, `uploader`, `peer`) to
 /// measure only those, for profiling (`uploader` and `peer` bring `ours-none` along: they
 /// upload its bytes).
