@@ -3,16 +3,22 @@
 //! MQTT QoS 1 (mosquitto) and for S3 objects (s3s-fs).
 //!
 //! Each run starts the `spillway` binary (one shard, one partition, the pipeline scenario's
-//! sink settings) on a fresh topic, confirms one warm-up message, then the bench produces
-//! 100-byte JSON messages into Iggy on a fixed schedule: message `i` is due at
-//! `t0 + (i - 1) / rate`. Latency is measured from that scheduled time, not from when the
+//! sink settings) on a fresh topic, confirms one warm-up message, then a producer in a process
+//! of its own (`spillway-bench latency-producer`, so that the bench's subscriber and watcher
+//! threads do not delay it) sends 100-byte JSON messages into Iggy on a fixed schedule by the
+//! wall clock: message `i` is due at `t0 + (i - 1) / rate`. Latency is measured from that scheduled time, not from when the
 //! message was actually sent or polled, so a stall anywhere (the engine, the broker, the
 //! producer itself) delays every message behind it in the figures: the correction for
 //! coordinated omission that wrk2 makes, by construction rather than by back-filling.
 //!
 //! - MQTT QoS 1: the message carries its scheduled time; a QoS 0 subscriber on mosquitto
 //!   records `arrival - scheduled`. mosquitto sends the PUBACK as it forwards, so arrival at
-//!   the subscriber stands for the engine's confirmation.
+//!   the subscriber stands for the engine's confirmation. The sink runs with
+//!   `envelope = "properties"`, so every message also carries Iggy's append timestamp
+//!   (`iggy-timestamp`, µs): `arrival - appended` is the latency without the producer's own
+//!   delay (append to confirm). The engine's own poll-to-confirm histogram
+//!   (`spillway_poll_to_confirm_seconds`, read from its `/metrics` after the run) gives the
+//!   third view, as bucket bounds.
 //! - S3: the end of the delivery contract: the bench watches the offset the sink stores in
 //!   Iggy (every millisecond) and records `stored - scheduled` for every offset the store
 //!   covers. Objects close each second of record time (`record_interval = "1s"`), and the
@@ -28,7 +34,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
@@ -82,21 +88,28 @@ impl Kind {
     }
 }
 
-/// When each message is due: `t0` (ns after `base`) plus `(seq - 1) / rate`.
+/// Nanoseconds since the Unix epoch: the clock the producer process, the subscriber and
+/// Iggy's timestamps share (they run on one machine).
+fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// When each message is due: `t0` (wall-clock ns) plus `(seq - 1) / rate`.
 #[derive(Debug, Clone, Copy)]
 struct Schedule {
-    base: Instant,
     t0: u64,
     rate: f64,
 }
 
 impl Schedule {
-    /// The due time of message `seq` (from 1), ns after `base`.
+    /// The due time of message `seq` (from 1), wall-clock ns.
     fn at(&self, seq: u64) -> u64 {
         self.t0 + (seq.saturating_sub(1) as f64 * 1e9 / self.rate) as u64
     }
 
-    /// Messages due by `now` (ns after `base`).
+    /// Messages due by `now` (wall-clock ns).
     fn due(&self, now: u64) -> u64 {
         if now < self.t0 {
             0
@@ -106,8 +119,21 @@ impl Schedule {
     }
 
     fn now(&self) -> u64 {
-        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        wall_ns()
     }
+}
+
+/// The value of the MQTT 5 user property `iggy-timestamp` (µs since the epoch) in a PUBLISH
+/// packet, found by its encoding (property 0x26, then the name and the value as UTF-8
+/// strings with 2-byte lengths).
+fn iggy_timestamp(packet: &[u8]) -> Option<u64> {
+    const NAME: &[u8] = b"\x26\x00\x0eiggy-timestamp";
+    let at = packet.windows(NAME.len()).position(|w| w == NAME)? + NAME.len();
+    let len = usize::from(u16::from_be_bytes([*packet.get(at)?, *packet.get(at + 1)?]));
+    std::str::from_utf8(packet.get(at + 2..at + 2 + len)?)
+        .ok()?
+        .parse()
+        .ok()
 }
 
 /// `{"t":"<due ns, 20 digits>","i":"<seq, 12 digits>","p":"xx…"}`, [`SIZE`] bytes, valid
@@ -180,6 +206,80 @@ fn produce(
     Ok(Duration::from_nanos(max_lag))
 }
 
+/// Environment of the producer process: the Iggy user and password.
+const PRODUCER_USER_ENV: &str = "SPILLWAY_BENCH_PRODUCER_USERNAME";
+const PRODUCER_PASSWORD_ENV: &str = "SPILLWAY_BENCH_PRODUCER_PASSWORD";
+
+/// `spillway-bench latency-producer ADDRESS STREAM TOPIC RATE COUNT T0_NS`: produces the
+/// messages of one run on its schedule (user and password from the environment), then prints
+/// `lag_ns N`, how far it fell behind the schedule at most.
+pub fn producer_main(args: &[String]) -> Result<(), String> {
+    let [address, stream, topic, rate, count, t0] = args else {
+        return Err("usage: latency-producer ADDRESS STREAM TOPIC RATE COUNT T0_NS".to_owned());
+    };
+    let num = |what: &str, v: &str| -> Result<f64, String> {
+        v.parse::<f64>()
+            .map_err(|e| format!("latency-producer: {what} {v:?}: {e}"))
+    };
+    let addr: std::net::SocketAddr = address
+        .parse()
+        .map_err(|e| format!("latency-producer: address {address:?}: {e}"))?;
+    let user = std::env::var(PRODUCER_USER_ENV).unwrap_or_else(|_| "iggy".to_owned());
+    let password = std::env::var(PRODUCER_PASSWORD_ENV).unwrap_or_else(|_| "iggy".to_owned());
+    let mut admin = IggyAdmin::connect(addr, &user, &password).map_err(|e| e.to_string())?;
+    let schedule = Schedule {
+        t0: num("t0", t0)? as u64,
+        rate: num("rate", rate)?,
+    };
+    let lag = produce(
+        &mut admin,
+        stream,
+        topic,
+        schedule,
+        num("count", count)? as u64,
+    )?;
+    println!("lag_ns {}", lag.as_nanos());
+    Ok(())
+}
+
+/// Runs [`producer_main`] in a process of its own (this program again) and waits for it; the
+/// producer's lag.
+fn produce_in_process(
+    fx: &Fixture<'_>,
+    stream: &str,
+    topic: &str,
+    schedule: Schedule,
+    count: u64,
+) -> Result<Duration, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("the bench's own path: {e}"))?;
+    let out = std::process::Command::new(exe)
+        .arg("latency-producer")
+        .arg(fx.iggy.addr().to_string())
+        .arg(stream)
+        .arg(topic)
+        .arg(format!("{}", schedule.rate))
+        .arg(count.to_string())
+        .arg(schedule.t0.to_string())
+        .env(PRODUCER_USER_ENV, fx.iggy.username())
+        .env(PRODUCER_PASSWORD_ENV, fx.iggy.password())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("starting the producer: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "the producer failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("lag_ns ")?.trim().parse::<u64>().ok())
+        .map(Duration::from_nanos)
+        .ok_or_else(|| format!("the producer printed no lag: {stdout}"))
+}
+
 /// The figures of one run, in ms.
 #[derive(Debug, Clone, Copy)]
 struct Percentiles {
@@ -192,6 +292,12 @@ struct Percentiles {
     producer_lag: Duration,
     /// The engine's CPU while no messages arrive (after the run), % of one core.
     idle_cpu_percent: f64,
+    /// Append (Iggy's timestamp) to arrival, p50 and p99 (MQTT; NaN for S3).
+    append_p50: f64,
+    append_p99: f64,
+    /// The engine's poll-to-confirm p50 and p99 as bucket bounds (ms; NaN if not read).
+    poll_p50_le: f64,
+    poll_p99_le: f64,
 }
 
 fn percentiles(h: &Histogram<u64>, producer_lag: Duration, idle_cpu_percent: f64) -> Percentiles {
@@ -204,6 +310,10 @@ fn percentiles(h: &Histogram<u64>, producer_lag: Duration, idle_cpu_percent: f64
         count: h.len(),
         producer_lag,
         idle_cpu_percent,
+        append_p50: f64::NAN,
+        append_p99: f64::NAN,
+        poll_p50_le: f64::NAN,
+        poll_p99_le: f64::NAN,
     }
 }
 
@@ -214,7 +324,6 @@ struct Fixture<'a> {
     servers: &'a Servers,
     stream: &'a str,
     core: usize,
-    base: Instant,
 }
 
 /// One run at `rate` for `seconds`.
@@ -250,13 +359,14 @@ fn one_in(
         .map_err(|e| e.to_string())?;
     let count = ((rate * seconds) as u64).max(1);
     let hist: Shared = Arc::new(Mutex::new(new_histogram()?));
+    let appended: Shared = Arc::new(Mutex::new(new_histogram()?));
     let subscriber = match kind {
         Kind::MqttQos1 => {
             let m = fx
                 .servers
                 .mosquitto_addr()
                 .ok_or("mosquitto was not started")?;
-            let (h, base) = (Arc::clone(&hist), fx.base);
+            let (h, a) = (Arc::clone(&hist), Arc::clone(&appended));
             Some(CountingSubscriber::connect_observed(
                 m,
                 Protocol::V5,
@@ -264,12 +374,15 @@ fn one_in(
                 QoS::AtMostOnce,
                 &format!("{name}-sub"),
                 Some(Box::new(move |packet: &[u8]| {
-                    let now = u64::try_from(base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    let now = wall_ns();
                     let tail = &packet[packet.len().saturating_sub(SIZE)..];
                     if let Some((seq, due)) = parse_payload(tail)
                         && seq > 0
                     {
                         record(&h, now.saturating_sub(due));
+                        if let Some(us) = iggy_timestamp(packet) {
+                            record(&a, now.saturating_sub(us.saturating_mul(1000)));
+                        }
                     }
                 })),
             )?)
@@ -286,9 +399,12 @@ fn one_in(
         cores: &[fx.core],
         name,
         dest: kind.dest(),
-        s3_extra: "record_interval = \"1s\"\n",
+        extra: match kind {
+            Kind::MqttQos1 => "envelope = \"properties\"\n",
+            Kind::S3 => "record_interval = \"1s\"\n",
+        },
     };
-    let mut engine = pipeline::start_engine(fx.binary, &job, fx.servers)?;
+    let (mut engine, metrics_addr) = pipeline::start_engine_metered(fx.binary, &job, fx.servers)?;
     let consumer = TestConsumer::Named(name.to_owned());
     let mut watcher = fx.iggy.admin().map_err(|e| e.to_string())?;
     let stored = |w: &mut IggyAdmin| {
@@ -326,9 +442,9 @@ fn one_in(
         std::thread::sleep(Duration::from_millis(2));
     }
 
+    // The producer process starts in a few ms: the schedule begins 50 ms ahead.
     let schedule = Schedule {
-        base: fx.base,
-        t0: u64::try_from(fx.base.elapsed().as_nanos()).unwrap_or(u64::MAX) + 1_000_000,
+        t0: wall_ns() + 50_000_000,
         rate,
     };
     // S3: a watcher thread turns stored offsets into latencies while the producer runs.
@@ -364,7 +480,7 @@ fn one_in(
         }
         Kind::MqttQos1 => None,
     };
-    let lag = produce(&mut admin, stream, &topic, schedule, count);
+    let lag = produce_in_process(fx, stream, &topic, schedule, count);
     // Every message confirmed (or a generous deadline).
     let until = Instant::now() + Duration::from_secs(60);
     let recorded = || hist.lock().unwrap_or_else(PoisonError::into_inner).len();
@@ -390,6 +506,9 @@ fn one_in(
         }
         None => f64::NAN,
     };
+    let poll = crate::metrics::scrape(metrics_addr)
+        .map(|b| crate::metrics::buckets(&b, "spillway_poll_to_confirm_seconds", name))
+        .unwrap_or_default();
     engine.stop(Duration::from_secs(60))?;
     if let Some(s) = subscriber {
         s.finish()?;
@@ -402,7 +521,21 @@ fn one_in(
         ));
     }
     let h = hist.lock().unwrap_or_else(PoisonError::into_inner);
-    Ok(percentiles(&h, lag, idle_cpu_percent))
+    let mut p = percentiles(&h, lag, idle_cpu_percent);
+    let a = appended.lock().unwrap_or_else(PoisonError::into_inner);
+    if kind == Kind::MqttQos1 {
+        if a.len() < count {
+            return Err(format!(
+                "{name}: {} of {count} messages carried iggy-timestamp",
+                a.len()
+            ));
+        }
+        p.append_p50 = a.value_at_quantile(0.5) as f64 / 1000.0;
+        p.append_p99 = a.value_at_quantile(0.99) as f64 / 1000.0;
+    }
+    p.poll_p50_le = crate::metrics::quantile_bound(&poll, 0.5) * 1e3;
+    p.poll_p99_le = crate::metrics::quantile_bound(&poll, 0.99) * 1e3;
+    Ok(p)
 }
 
 /// The probe: msgs/s of the same path from a prefilled single-partition topic.
@@ -421,7 +554,7 @@ fn probe(fx: &Fixture<'_>, kind: Kind, quick: bool) -> Result<f64, String> {
         cores: &[fx.core],
         name: &name,
         dest: kind.dest(),
-        s3_extra: "",
+        extra: "",
     };
     let m = pipeline::run_once(fx.binary, &job, fx.servers)?;
     Ok(per as f64 / m.wall.as_secs_f64())
@@ -461,7 +594,6 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         servers: &servers,
         stream: &stream,
         core: Machine::detect().cores.last().copied().unwrap_or(0),
-        base: Instant::now(),
     };
     let mut rows = Vec::new();
     let mut text = format!(
@@ -508,6 +640,8 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
             ];
             let lag_ms = pick(|p| p.producer_lag.as_secs_f64() * 1e3);
             let idle = pick(|p| p.idle_cpu_percent);
+            let append = [pick(|p| p.append_p50), pick(|p| p.append_p99)];
+            let poll = [pick(|p| p.poll_p50_le), pick(|p| p.poll_p99_le)];
             let scenario = format!("latency_{}_{rate:.0}_per_s", kind.name());
             for (metric, v) in ["p50_ms", "p99_ms", "p99_9_ms", "max_ms"]
                 .into_iter()
@@ -522,6 +656,16 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
                     unit: "ms",
                     better: Better::Lower,
                 });
+            }
+            for (metric, v, unit) in [
+                ("append_p50_ms", append[0], "ms, Iggy append to arrival"),
+                ("append_p99_ms", append[1], "ms, Iggy append to arrival"),
+                ("poll_to_confirm_p50_le_ms", poll[0], "ms, bucket bound"),
+                ("poll_to_confirm_p99_le_ms", poll[1], "ms, bucket bound"),
+            ] {
+                if !v.is_nan() {
+                    rows.push(Row::alone(&scenario, metric, v, unit, Better::Lower));
+                }
             }
             rows.push(Row::alone(
                 &scenario,
@@ -538,6 +682,8 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
                 format!("{:.2}", fig[2]),
                 format!("{:.2}", fig[3]),
                 format!("{lag_ms:.2}"),
+                fmt_pair(append),
+                fmt_pair(poll),
                 format!("{}", got.iter().map(|p| p.count).sum::<u64>()),
                 format!("{idle:.2}"),
             ]);
@@ -559,6 +705,8 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
             "p99.9 ms".to_owned(),
             "max ms".to_owned(),
             "producer lag ms".to_owned(),
+            "append p50/p99 ms".to_owned(),
+            "poll->confirm p50/p99 <= ms".to_owned(),
             "messages".to_owned(),
             "idle CPU %".to_owned(),
         ];
@@ -578,8 +726,10 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         };
     }
     text.push_str(
-        "  producer lag: how far the bench's producer fell behind its schedule (it shares the \
-         cores); it is inside the latencies, as it would be for a real producer\n  idle CPU: \
+        "  producer lag: how far the producer (a process of its own) fell behind its schedule (it \
+         shares the cores); it is inside the latencies, as it would be for a real producer\n  \
+         append: from Iggy's append timestamp (iggy-timestamp) to the subscriber, MQTT only\n  \
+         poll->confirm: the engine's own histogram, as the bucket bounds the quantiles fall in\n  idle CPU: \
          the engine process's CPU over 2 s after the run (1 s with --quick), nothing arriving, \
          % of one core\n",
     );
@@ -587,6 +737,15 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         let _ = admin.delete_stream(&stream);
     }
     Ok((rows, text))
+}
+
+/// `p50/p99` with 2 decimals, or `-` when not measured.
+fn fmt_pair(v: [f64; 2]) -> String {
+    if v[0].is_nan() {
+        "-".to_owned()
+    } else {
+        format!("{:.2}/{:.2}", v[0], v[1])
+    }
 }
 
 fn latency_chart(kind: Kind, points: &[(f64, [f64; 4])]) -> Chart {
@@ -646,7 +805,6 @@ mod tests {
     #[test]
     fn the_schedule_spaces_messages_by_the_rate() {
         let s = Schedule {
-            base: Instant::now(),
             t0: 1_000,
             rate: 1000.0,
         };
@@ -674,6 +832,25 @@ mod tests {
         );
         assert!((p.max - 50.0).abs() < 0.1, "{p:?}");
         assert_eq!(p.count, 2);
+    }
+
+    #[test]
+    fn the_append_timestamp_is_read_from_the_user_property() {
+        // A PUBLISH's property block with two user properties, then the payload.
+        let mut packet = vec![0x30, 0x00, 0x00, 0x01, b't'];
+        for (k, v) in [("iggy-offset", "7"), ("iggy-timestamp", "1796515200123456")] {
+            packet.push(0x26);
+            packet.extend_from_slice(&(k.len() as u16).to_be_bytes());
+            packet.extend_from_slice(k.as_bytes());
+            packet.extend_from_slice(&(v.len() as u16).to_be_bytes());
+            packet.extend_from_slice(v.as_bytes());
+        }
+        packet.extend_from_slice(&payload(1, 2));
+        assert_eq!(iggy_timestamp(&packet), Some(1_796_515_200_123_456));
+        assert_eq!(iggy_timestamp(&payload(1, 2)), None);
+        // Cut short inside the value: no value, no panic.
+        let at = packet.len() - SIZE - 4;
+        assert_eq!(iggy_timestamp(&packet[..at]), None);
     }
 
     #[test]

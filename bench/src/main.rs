@@ -187,9 +187,16 @@ struct Options {
 enum Command {
     Run(Options),
     Help,
+    /// `latency-producer ...`: the latency scenario's producer, in a process of its own.
+    Producer(Vec<String>),
 }
 
 fn parse_args(args: &[String]) -> Result<Command, String> {
+    if let Some((first, rest)) = args.split_first()
+        && first == "latency-producer"
+    {
+        return Ok(Command::Producer(rest.to_vec()));
+    }
     let mut scenario = None;
     let mut quick = false;
     let mut out = None;
@@ -455,6 +462,13 @@ fn main() -> ExitCode {
             println!("{USAGE}");
             ExitCode::SUCCESS
         }
+        Ok(Command::Producer(args)) => match latency::producer_main(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("spillway-bench latency-producer: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Ok(Command::Run(opts)) => match run(&opts) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

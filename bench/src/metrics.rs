@@ -1,5 +1,5 @@
-//! The engine's Prometheus endpoint, read by the scenarios that run it: `GET /metrics` and
-//! the sum of a counter over one sink's samples.
+//! The engine's Prometheus endpoint, read by the scenarios that run it: `GET /metrics`, the
+//! sum of a counter over one sink's samples, and a histogram's buckets.
 
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -28,9 +28,77 @@ pub fn counter(body: &str, name: &str, sink: &str) -> u64 {
         .sum()
 }
 
+/// The cumulative buckets `(le in seconds, count)` of histogram `name` for sink `sink`, summed
+/// over its samples (shards), in the order of their bounds; `+Inf` last.
+pub fn buckets(body: &str, name: &str, sink: &str) -> Vec<(f64, u64)> {
+    let prefix = format!("{name}_bucket{{");
+    let label = format!("sink=\"{sink}\"");
+    let mut out: Vec<(f64, u64)> = Vec::new();
+    for l in body.lines() {
+        if !l.starts_with(&prefix) || !l.contains(&label) {
+            continue;
+        }
+        let Some(le) = l
+            .split("le=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|v| {
+                if v == "+Inf" {
+                    Some(f64::INFINITY)
+                } else {
+                    v.parse().ok()
+                }
+            })
+        else {
+            continue;
+        };
+        let Some(count) = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        match out.iter_mut().find(|(b, _)| *b == le) {
+            Some((_, c)) => *c += count as u64,
+            None => out.push((le, count as u64)),
+        }
+    }
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+/// The smallest bucket bound (seconds) at or under which a fraction `q` of the observations
+/// lie: a quantile as far as the buckets tell it (NaN without observations).
+pub fn quantile_bound(buckets: &[(f64, u64)], q: f64) -> f64 {
+    let total = buckets.last().map_or(0, |b| b.1);
+    if total == 0 {
+        return f64::NAN;
+    }
+    let want = (q * total as f64).ceil() as u64;
+    buckets
+        .iter()
+        .find(|(_, c)| *c >= want)
+        .map_or(f64::INFINITY, |b| b.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn histogram_buckets_sum_over_shards_and_give_quantile_bounds() {
+        let body = "x_bucket{shard=\"0\",sink=\"a\",le=\"0.001\"} 50\n\
+                    x_bucket{shard=\"0\",sink=\"a\",le=\"0.0025\"} 98\n\
+                    x_bucket{shard=\"0\",sink=\"a\",le=\"+Inf\"} 100\n\
+                    x_bucket{shard=\"1\",sink=\"a\",le=\"0.001\"} 50\n\
+                    x_bucket{shard=\"1\",sink=\"a\",le=\"0.0025\"} 100\n\
+                    x_bucket{shard=\"1\",sink=\"a\",le=\"+Inf\"} 100\n\
+                    x_bucket{shard=\"0\",sink=\"b\",le=\"0.001\"} 7\n\
+                    x_sum{sink=\"a\"} 1\n";
+        let b = buckets(body, "x", "a");
+        assert_eq!(b, vec![(0.001, 100), (0.0025, 198), (f64::INFINITY, 200)]);
+        assert_eq!(quantile_bound(&b, 0.5), 0.001);
+        assert_eq!(quantile_bound(&b, 0.99), 0.0025);
+        assert_eq!(quantile_bound(&b, 1.0), f64::INFINITY);
+        assert!(quantile_bound(&[], 0.5).is_nan());
+    }
 
     #[test]
     fn counters_are_summed_per_sink() {

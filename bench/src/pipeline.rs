@@ -142,8 +142,8 @@ pub struct Job<'a> {
     /// The sink's name: its Iggy consumer (fresh per run), its topic / key prefix.
     pub name: &'a str,
     pub dest: Dest,
-    /// More `[sink.s3]` lines (an S3 destination only).
-    pub s3_extra: &'a str,
+    /// More lines of the destination's table (`[sink.s3]` or `[sink.mqtt]`).
+    pub extra: &'a str,
 }
 
 impl Job<'_> {
@@ -225,8 +225,10 @@ max_inflight = {MQTT_WINDOW}
 qos = 1
 topic = "bench/pipeline/{name}"
 topic_aliases = 0
+{extra}
 "#,
                 name = job.name,
+                extra = job.extra,
             );
         }
         Dest::S3sFs | Dest::DiscardS3 => {
@@ -283,7 +285,7 @@ request_attempts = 1
                 } else {
                     ""
                 },
-                extra = job.s3_extra,
+                extra = job.extra,
             );
         }
     }
@@ -305,19 +307,16 @@ fn received(job: &Job<'_>, servers: &Servers) -> u64 {
     }
 }
 
-/// Starts the `spillway` binary for `job` (the Iggy password in its environment).
-pub fn start_engine(
+/// Starts the `spillway` binary for `job` (the Iggy password in its environment), with its
+/// `/metrics` on a free loopback port; the process and that address.
+pub fn start_engine_metered(
     binary: &Path,
     job: &Job<'_>,
     servers: &Servers,
-) -> Result<EngineProcess, String> {
+) -> Result<(EngineProcess, SocketAddr), String> {
     let port = spillway_tests::ports::free_loopback_port().map_err(|e| e.to_string())?;
-    start_engine_at(
-        binary,
-        job,
-        servers,
-        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-    )
+    let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    Ok((start_engine_at(binary, job, servers, metrics)?, metrics))
 }
 
 fn start_engine_at(
@@ -574,7 +573,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
                     cores: &core,
                     name: &name,
                     dest,
-                    s3_extra: "",
+                    extra: "",
                 };
                 measures.push(
                     run_once(&binary, &job, &servers)
@@ -693,7 +692,12 @@ mod tests {
                 cores: &[0],
                 name: "p1",
                 dest,
-                s3_extra: "record_interval = \"1s\"\n",
+                // Each destination's own table takes the extra lines.
+                extra: if dest.is_s3() {
+                    "record_interval = \"1s\"\n"
+                } else {
+                    "envelope = \"properties\"\n"
+                },
             };
             let text = config_text(&job, &servers, SocketAddr::from((Ipv4Addr::LOCALHOST, 9)))?;
             assert!(
@@ -717,7 +721,7 @@ mod tests {
             cores: &[0],
             name: "p2",
             dest: Dest::Mosquitto,
-            s3_extra: "",
+            extra: "",
         };
         assert!(config_text(&job, &servers, SocketAddr::from((Ipv4Addr::LOCALHOST, 9))).is_err());
         Ok(())

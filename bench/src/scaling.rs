@@ -207,7 +207,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
                             } else {
                                 Dest::DiscardS3
                             },
-                            s3_extra: "",
+                            extra: "",
                         };
                         let m = pipeline::run_once(&binary, &job, &servers)
                             .map_err(|e| format!("{} with {k} shards: {e}", path.name()))?;
