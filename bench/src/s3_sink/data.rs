@@ -117,25 +117,10 @@ pub fn fill_sized(
     per_partition: u64,
     size: usize,
 ) -> Result<(), String> {
-    for p in 0..partitions {
-        let mut sent = 0;
-        while sent < per_partition {
-            let n = (per_partition - sent).min(1000);
-            let batch: Vec<TestMessage> = (sent..sent + n)
-                .map(|seq| {
-                    TestMessage::new(
-                        u128::from(seq) + 1,
-                        Bytes::from(payload_sized(size, p, seq)),
-                    )
-                })
-                .collect();
-            admin
-                .send(stream, topic, p, &batch)
-                .map_err(|e| format!("filling partition {p}: {e}"))?;
-            sent += n;
-        }
-    }
-    Ok(())
+    fill_with(admin, stream, topic, partitions, per_partition, |p, seq| {
+        payload_sized(size, p, seq)
+    })
+    .map(|_| ())
 }
 
 /// Sends `per_partition` order rows ([`super::orders::order_row`]) to each of `partitions`
@@ -147,6 +132,27 @@ pub fn fill_orders(
     partitions: u32,
     per_partition: u64,
 ) -> Result<u64, String> {
+    fill_with(
+        admin,
+        stream,
+        topic,
+        partitions,
+        per_partition,
+        super::orders::order_row,
+    )
+}
+
+/// Sends `per_partition` messages to each of `partitions` partitions, message `seq` of
+/// partition `p` carrying `payload(p, seq)`, in batches of 1000 (ids from 1); the payload bytes
+/// sent.
+fn fill_with(
+    admin: &mut IggyAdmin,
+    stream: &str,
+    topic: &str,
+    partitions: u32,
+    per_partition: u64,
+    payload: impl Fn(u32, u64) -> Vec<u8>,
+) -> Result<u64, String> {
     let mut bytes = 0;
     for p in 0..partitions {
         let mut sent = 0;
@@ -154,9 +160,9 @@ pub fn fill_orders(
             let n = (per_partition - sent).min(1000);
             let batch: Vec<TestMessage> = (sent..sent + n)
                 .map(|seq| {
-                    let row = super::orders::order_row(p, seq);
-                    bytes += row.len() as u64;
-                    TestMessage::new(u128::from(seq) + 1, Bytes::from(row))
+                    let body = payload(p, seq);
+                    bytes += body.len() as u64;
+                    TestMessage::new(u128::from(seq) + 1, Bytes::from(body))
                 })
                 .collect();
             admin
