@@ -155,7 +155,7 @@ fn gzip_and_zstd_objects_decompress_to_every_record() {
         if key.starts_with("gz/") {
             assert!(key.ends_with(".jsonl.gz"), "{key}");
             let mut text = String::new();
-            flate2::read::GzDecoder::new(&body[..])
+            flate2::read::MultiGzDecoder::new(&body[..])
                 .read_to_string(&mut text)
                 .unwrap();
             for l in text.lines() {

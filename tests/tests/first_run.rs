@@ -1,5 +1,5 @@
 //! The first-run demo end to end: `spillway-first-run` with a small message count against the
-//! debug `spillway` binary, real mosquitto and s3s-fs, with the generate source and with
+//! debug `spillway` binary, real mosquitto and moto's S3, with the generate source and with
 //! `--iggy` against the real Iggy server. It must exit 0 and report the three counts
 //! (sent, received, in objects) equal.
 
