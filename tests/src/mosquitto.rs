@@ -24,12 +24,9 @@ use tempfile::TempDir;
 use crate::HarnessError;
 use crate::certs::{IssuedCert, TestCa};
 use crate::fsutil::{running_as_root, write_file};
-use crate::ports::{LOOPBACK, free_loopback_port};
+use crate::ports::LOOPBACK;
 use crate::process::{LOG_TAIL_LINES, ServerProcess};
 use crate::tls::ClientTls;
-
-/// How many times start-up picks a new port when the chosen one was taken meanwhile.
-const PORT_ATTEMPTS: usize = 3;
 
 /// Whether and how the listener uses TLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -325,25 +322,14 @@ impl Mosquitto {
             log_path,
         );
 
-        let mut attempt = 0;
-        let port = loop {
-            attempt += 1;
-            let port = free_loopback_port()?;
+        let port = process.start_on_free_port(opts.start_timeout, |_, port| {
             let mut lines = vec![format!("listener {port} {LOOPBACK}")];
             lines.extend(listener_lines.iter().cloned());
             lines.extend(fixed.iter().cloned());
             lines.extend(opts.extra_lines.iter().cloned());
             lines.push(String::new());
-            write_file(&config_path, lines.join("\n").as_bytes())?;
-
-            process.spawn()?;
-            match process.wait_until_accepting(loopback(port), opts.start_timeout) {
-                Ok(()) => break port,
-                Err(HarnessError::ServerExited { log_tail, .. })
-                    if attempt < PORT_ATTEMPTS && log_tail.contains("Address already in use") => {}
-                Err(e) => return Err(e),
-            }
-        };
+            write_file(&config_path, lines.join("\n").as_bytes())
+        })?;
 
         Ok(Mosquitto {
             process,

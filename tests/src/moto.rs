@@ -22,14 +22,11 @@ use spillway_s3::{Method, Request};
 use tempfile::TempDir;
 
 use crate::HarnessError;
-use crate::ports::{LOOPBACK, free_loopback_port};
+use crate::ports::LOOPBACK;
 use crate::process::ServerProcess;
 
 /// The bucket the first run writes to.
 pub const MOTO_BUCKET: &str = "spillway-first-run";
-
-/// How many times start-up picks a new port when the chosen one was taken meanwhile.
-const PORT_ATTEMPTS: usize = 3;
 
 /// The longest answer [`MotoS3::objects`] reads (an object or a listing page).
 const MAX_ANSWER: usize = 256 << 20;
@@ -65,11 +62,8 @@ impl MotoS3 {
             dir.path().join("moto.log"),
         )
         .current_dir(dir.path());
-        let mut attempt = 0;
-        let port = loop {
-            attempt += 1;
-            let port = free_loopback_port()?;
-            process.set_args([
+        let port = process.start_on_free_port(Duration::from_secs(60), |p, port| {
+            p.set_args([
                 "-m".to_owned(),
                 "moto.server".to_owned(),
                 "-H".to_owned(),
@@ -77,14 +71,8 @@ impl MotoS3 {
                 "-p".to_owned(),
                 port.to_string(),
             ]);
-            process.spawn()?;
-            match process.wait_until_accepting(loopback(port), Duration::from_secs(60)) {
-                Ok(()) => break port,
-                Err(HarnessError::ServerExited { log_tail, .. })
-                    if attempt < PORT_ATTEMPTS && log_tail.contains("Address already in use") => {}
-                Err(e) => return Err(e),
-            }
-        };
+            Ok(())
+        })?;
         let moto = MotoS3 {
             process,
             port,

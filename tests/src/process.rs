@@ -125,6 +125,33 @@ impl ServerProcess {
         Ok(())
     }
 
+    /// Starts the server on a free loopback port and waits until it accepts there: `prepare`
+    /// gets the port first (to set the arguments or write a config file). A start that fails
+    /// because another process took the port meanwhile is tried again on a new port, up to
+    /// three times; the port in use is returned.
+    pub fn start_on_free_port(
+        &mut self,
+        timeout: Duration,
+        mut prepare: impl FnMut(&mut Self, u16) -> Result<(), HarnessError>,
+    ) -> Result<u16, HarnessError> {
+        const ATTEMPTS: usize = 3;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let port = crate::ports::free_loopback_port()?;
+            prepare(self, port)?;
+            self.spawn()?;
+            match self
+                .wait_until_accepting(SocketAddr::from((crate::ports::LOOPBACK, port)), timeout)
+            {
+                Ok(()) => return Ok(port),
+                Err(HarnessError::ServerExited { log_tail, .. })
+                    if attempt < ATTEMPTS && log_tail.contains("Address already in use") => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Waits until the server listens on `addr` (its own socket, see
     /// [`crate::ports::listener_owned_by`]). If the process exits first, or `timeout` passes, the
     /// process is stopped and the error carries the tail of the log.

@@ -19,14 +19,11 @@ use std::time::Duration;
 use tempfile::TempDir;
 
 use crate::HarnessError;
-use crate::ports::{LOOPBACK, free_loopback_port};
+use crate::ports::LOOPBACK;
 use crate::process::ServerProcess;
 
 /// The region harness S3 servers use in signatures.
 pub const REGION: &str = "us-east-1";
-
-/// How many times start-up picks a new port when the chosen one was taken meanwhile.
-const PORT_ATTEMPTS: usize = 3;
 
 /// Options for [`S3Server::start_with`].
 #[derive(Clone)]
@@ -114,19 +111,10 @@ impl S3Server {
             Vec::<std::ffi::OsString>::new(),
             log_path,
         );
-        let mut attempt = 0;
-        let port = loop {
-            attempt += 1;
-            let port = free_loopback_port()?;
-            process.set_args(args(port, &opts, &data_dir));
-            process.spawn()?;
-            match process.wait_until_accepting(loopback(port), opts.start_timeout) {
-                Ok(()) => break port,
-                Err(HarnessError::ServerExited { log_tail, .. })
-                    if attempt < PORT_ATTEMPTS && log_tail.contains("Address already in use") => {}
-                Err(e) => return Err(e),
-            }
-        };
+        let port = process.start_on_free_port(opts.start_timeout, |p, port| {
+            p.set_args(args(port, &opts, &data_dir));
+            Ok(())
+        })?;
         Ok(S3Server {
             process,
             port,
