@@ -176,6 +176,162 @@ fn gzip_and_zstd_objects_decompress_to_every_record() {
     assert_eq!(objs.keys().filter(|k| k.starts_with("gz/")).count(), 3);
 }
 
+/// `n` JSON messages of 700 B to 1.3 KB (ids from 1) of words and hex numbers drawn from
+/// `seed`: text that compresses to about a third, like real rows, not to nothing.
+fn varied_messages(n: u64, seed: u64) -> Vec<spillway_tests::TestMessage> {
+    let words = [
+        "order",
+        "shipped",
+        "north",
+        "valve",
+        "parcel",
+        "customer",
+        "express",
+        "warehouse",
+        "invoice",
+        "return",
+        "sensor",
+        "pressure",
+        "delivered",
+        "gift",
+        "priority",
+        "backorder",
+    ];
+    let mut x: u64 = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..n)
+        .map(|i| {
+            let mut text = String::new();
+            while text.len() < 700 + (next() % 600) as usize {
+                text.push_str(words[(next() % words.len() as u64) as usize]);
+                text.push_str(&format!(" {:x} ", next() % 100_000));
+            }
+            let payload = format!(
+                "{{\"n\":{i},\"id\":\"{:016x}\",\"text\":\"{text}\"}}",
+                next()
+            );
+            spillway_tests::TestMessage::new(u128::from(i) + 1, payload.into_bytes())
+        })
+        .collect()
+}
+
+/// (partition, offset) of every record of the gzip objects under `prefix`, sorted, each
+/// object read whole (all its members).
+fn gzip_records(s3: &S3Server, prefix: &str) -> Vec<(u64, u64)> {
+    let mut all: Vec<(u64, u64)> = objects(&s3.bucket_dir())
+        .into_iter()
+        .filter(|(key, _)| key.starts_with(prefix))
+        .flat_map(|(_, body)| {
+            let mut text = String::new();
+            flate2::read::MultiGzDecoder::new(&body[..])
+                .read_to_string(&mut text)
+                .unwrap();
+            text.lines()
+                .map(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                    (
+                        v["partition"].as_u64().unwrap(),
+                        v["offset"].as_u64().unwrap(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    all.sort_unstable();
+    all
+}
+
+/// The gzip encoder (members of 1 MiB, the pending block counted in rotation and memory)
+/// through what production does to a sink: store faults from the fault proxy, the store
+/// frozen (SIGSTOP) past `request_timeout` and let go, and SIGKILLs of the engine at varied
+/// times. Iggy's stored offset never passes what complete objects hold, and in the end
+/// every offset is in exactly one object, each object read whole.
+#[test]
+fn gzip_objects_survive_store_faults_a_frozen_store_and_sigkills_with_every_offset_once() {
+    const PER_PARTITION: u64 = 8_000;
+    let s3 = S3Server::start().unwrap();
+    let proxy = common::faulty_store(&s3, 0x9219);
+    let iggy = iggy();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "s3gzfaults", 2);
+    for p in 0..2u32 {
+        common::send_all(
+            &mut admin,
+            &t,
+            p,
+            &varied_messages(PER_PARTITION, 0x51 + u64::from(p)),
+        );
+    }
+    let cfg = engine_sections(&iggy)
+        + &s3_sink(
+            "gzf",
+            &t,
+            &s3,
+            "prefix = \"gzf/\"\ncompression = \"gzip\"\nmax_object_size = \"1MiB\"\npart_size = \"5MiB\"\nidle_flush = \"500ms\"\nrequest_timeout = \"1s\"\nretry_min = \"50ms\"\nretry_max = \"500ms\"",
+        )
+        .replace(&s3.endpoint(), &format!("http://{}", proxy.host_port()));
+    let store_pid = s3.pid().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..4 {
+        let mut engine = Engine::start(dir.path(), &format!("gzf{round}"), &cfg);
+        let seed = fastrand::u64(..);
+        eprintln!("round {round}: timing seed {seed}");
+        let mut rng = fastrand::Rng::with_seed(seed);
+        std::thread::sleep(Duration::from_millis(rng.u64(400..1500)));
+        if round % 2 == 1 {
+            // The store frozen past request_timeout, then let go before the kill.
+            let stop = std::process::Command::new("kill")
+                .args(["-STOP", &store_pid])
+                .status()
+                .unwrap();
+            assert!(stop.success());
+            std::thread::sleep(Duration::from_millis(rng.u64(1500..2500)));
+            let cont = std::process::Command::new("kill")
+                .args(["-CONT", &store_pid])
+                .status()
+                .unwrap();
+            assert!(cont.success());
+            std::thread::sleep(Duration::from_millis(rng.u64(200..1200)));
+        }
+        engine.signal("KILL");
+        let _ = engine.wait(Duration::from_secs(10));
+        common::assert_stored_in_objects(&mut admin, &t, "gzf", &gzip_records(&s3, "gzf/"), round);
+    }
+    let mut engine = Engine::start(dir.path(), "gzf-last", &cfg);
+    wait_stored(
+        &mut engine,
+        &mut admin,
+        &t,
+        "gzf",
+        PER_PARTITION - 1,
+        Duration::from_secs(240),
+    );
+    stop_clean(&mut engine, Duration::from_secs(60));
+    let want: Vec<(u64, u64)> = (0..2u64)
+        .flat_map(|p| (0..PER_PARTITION).map(move |o| (p, o)))
+        .collect();
+    let all = gzip_records(&s3, "gzf/");
+    assert!(
+        all == want,
+        "every offset in exactly one object: {} records for {} offsets",
+        all.len(),
+        want.len()
+    );
+    // Objects of 1 MiB compressed hold several members each.
+    let sizes: Vec<usize> = objects(&s3.bucket_dir())
+        .into_iter()
+        .filter(|(key, _)| key.starts_with("gzf/"))
+        .map(|(_, body)| body.len())
+        .collect();
+    assert!(sizes.iter().any(|&n| n > 512 << 10), "{sizes:?}");
+    assert!(proxy.stats().faults() > 0, "no fault: {:?}", proxy.stats());
+}
+
 /// The readers the gzip objects must satisfy, run on the object files: Python's gzip module,
 /// pyarrow's JSON reader over its gzip stream, and DuckDB's `read_json` (gzip told by the
 /// extension). Prints one line per reader: name, records, distinct offsets, min, max.
@@ -213,45 +369,7 @@ fn gzip_objects_of_several_members_read_whole_in_every_reader() {
     let mut admin = iggy.admin().unwrap();
     let t = topic(&iggy, "s3gzmembers", 1);
     const N: u64 = 5000;
-    let words = [
-        "order",
-        "shipped",
-        "north",
-        "valve",
-        "parcel",
-        "customer",
-        "express",
-        "warehouse",
-        "invoice",
-        "return",
-        "sensor",
-        "pressure",
-        "delivered",
-        "gift",
-        "priority",
-        "backorder",
-    ];
-    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let messages: Vec<spillway_tests::TestMessage> = (0..N)
-        .map(|n| {
-            let mut text = String::new();
-            while text.len() < 700 + (next() % 600) as usize {
-                text.push_str(words[(next() % words.len() as u64) as usize]);
-                text.push_str(&format!(" {:x} ", next() % 100_000));
-            }
-            let payload = format!(
-                "{{\"n\":{n},\"id\":\"{:016x}\",\"text\":\"{text}\"}}",
-                next()
-            );
-            spillway_tests::TestMessage::new(u128::from(n) + 1, payload.into_bytes())
-        })
-        .collect();
+    let messages = varied_messages(N, 0x2545_F491_4F6C_DD1D);
     common::send_all(&mut admin, &t, 0, &messages);
     let cfg = engine_sections(&iggy)
         + &s3_sink(
