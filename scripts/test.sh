@@ -3,6 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Free space where the build and the test servers write, printed at each stage so that a run
+# that ends in ENOSPC says so. The S3 test servers keep their data in /dev/shm when they can.
+disk() { echo "-- disk: $(df -h --output=file,avail . "${TMPDIR:-/tmp}" /dev/shm 2>/dev/null | tail -n +2 | awk '{printf "%s %s free; ", $1, $2}')"; }
+disk
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -17,12 +22,14 @@ cargo clippy -p spillway --no-default-features --all-targets --locked -- -D warn
 echo "== cargo clippy (test harness with the testcontainers path; compiled, not run: no Docker here)"
 cargo clippy -p spillway-tests --all-targets --features containers --locked -- -D warnings
 
+disk
 echo "== cargo test (unit, property, differential, session and integration tests against real servers)"
 # The bench's S3 peers (aws-sdk-s3, rust-s3) are linted above but not built for tests: they
 # take many minutes to compile and the bench's own tests do not need them.
 cargo test --workspace --locked --exclude spillway-bench
 cargo test --locked -p spillway-bench --no-default-features
 
+disk
 echo "== bench smoke run: every scenario, quick (writes target/bench/report.md, report.json and each scenario's JSON)"
 rm -f target/bench/report.md target/bench/report.json
 # The pipeline, scaling and latency scenarios run the release engine binary as its own process.
@@ -36,7 +43,9 @@ if [ "$(id -u)" -eq 0 ]; then ./scripts/package.sh --install; else ./scripts/pac
 echo "== fuzz targets: build every one (nightly, overflow checks on), run each for 30 s"
 ./scripts/fuzz.sh run 30
 
+disk
 echo "== chaos campaign: one minute of faults against the real servers, then every offset checked"
 cargo run --release --locked -p spillway-bench --no-default-features -- chaos --quick
 
+disk
 echo "== all checks passed"

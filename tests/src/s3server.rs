@@ -1,5 +1,6 @@
 //! An S3 server that verifies SigV4: `s3s-fs` 0.14.1 run as a child process on an ephemeral
-//! loopback port, storing objects as files under a temporary data directory.
+//! loopback port, storing objects as files under a temporary data directory (in `/dev/shm` when
+//! it can, see `fsutil::scratch_dir`).
 //!
 //! Facts about s3s-fs 0.14.1 (see also the design guide):
 //! - flags: `s3s-fs --host H --port P --access-key AK --secret-key SK ROOT`;
@@ -19,6 +20,7 @@ use std::time::Duration;
 use tempfile::TempDir;
 
 use crate::HarnessError;
+use crate::fsutil::scratch_dir;
 use crate::ports::LOOPBACK;
 use crate::process::ServerProcess;
 
@@ -95,10 +97,7 @@ impl S3Server {
                 "S3 access key and secret key must not be empty".to_owned(),
             ));
         }
-        let dir = tempfile::Builder::new()
-            .prefix("spillway-s3-")
-            .tempdir()
-            .map_err(|e| HarnessError::io("creating the S3 server directory", e))?;
+        let dir = scratch_dir("spillway-s3-")?;
         let data_dir = dir.path().join("data");
         let bucket_dir = data_dir.join(&opts.bucket);
         fs::create_dir_all(&bucket_dir)
