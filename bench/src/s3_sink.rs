@@ -736,11 +736,15 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
             })?);
         }
     }
-    // One more run of the uncompressed json_lines and raw clients each, under perf: flame
-    // graphs of the shard thread, with no effect on the figures above.
+    // One more run of the uncompressed json_lines, raw and gzipped order-row clients each,
+    // under perf: flame graphs of the shard thread, with no effect on the figures above.
     let mut profiled = String::new();
     if profile::wanted() {
-        for client in [Client::Ours(Codec::None), Client::OursRaw] {
+        for client in [
+            Client::Ours(Codec::None),
+            Client::OursRaw,
+            Client::OursOrders(Codec::Gzip),
+        ] {
             if !clients.contains(&client) {
                 continue;
             }
