@@ -126,6 +126,9 @@ impl Flow {
         // Partitions taken away: stop polling them; they leave once drained and stored.
         for part in self.parts.iter_mut().flatten() {
             part.owned = assigned.contains(&part.id);
+            if part.owned {
+                part.refused = None;
+            }
         }
         self.opens.clear();
         for &p in assigned {

@@ -393,10 +393,13 @@ impl Flow {
         if self.slot_of(partition).is_some() {
             return;
         }
-        let mut next = match (found.stored, self.cfg.start) {
-            (Some(s), _) => s.next(),
-            (None, StartFrom::Earliest) => Offset(0),
-            (None, StartFrom::Latest) => found.head.map_or(Offset(0), Offset::next),
+        // `start` applies to a partition with no position at all: a sink marker is one (its
+        // offsets were written, and their commit may have been refused because the partition
+        // moved), so it is never jumped over to the head.
+        let mut next = match (found.stored, found.sink_done, self.cfg.start) {
+            (Some(s), _, _) => s.next(),
+            (None, Some(_), _) | (None, None, StartFrom::Earliest) => Offset(0),
+            (None, None, StartFrom::Latest) => found.head.map_or(Offset(0), Offset::next),
         };
         let mut stored = found.stored;
         // The sink may know of data written past the stored offset (an S3 object completed
@@ -461,7 +464,7 @@ impl Flow {
             part.id
         );
         part.owned = false;
-        part.stored = Some(offset);
+        part.refused = Some(offset);
     }
 
     /// The server could not take the store yet (a cluster's leader refuses an offset past what
@@ -778,8 +781,9 @@ impl Flow {
                 continue;
             };
             let reopen = p.reopen.is_some_and(|at| at <= now);
-            let drained =
-                !p.owned && p.tracker.is_idle() && p.tracker.watermark() <= p.stored.map(|s| s.0);
+            let drained = !p.owned
+                && p.tracker.is_idle()
+                && p.tracker.watermark() <= p.store_settled().map(|s| s.0);
             if !reopen && !drained {
                 continue;
             }
@@ -822,7 +826,7 @@ impl Flow {
             let Some(mark) = part.tracker.watermark() else {
                 continue;
             };
-            if part.stored.is_some_and(|s| s.0 >= mark) {
+            if part.store_settled().is_some_and(|s| s.0 >= mark) {
                 continue;
             }
             let due = force
@@ -923,7 +927,7 @@ impl Flow {
             } else if polling && p.owned && self.has_room(p) {
                 wake = wake.min(p.ready_at);
             }
-            if p.tracker.watermark() > p.stored.map(|s| s.0) {
+            if p.tracker.watermark() > p.store_settled().map(|s| s.0) {
                 wake = wake.min(p.last_store + self.cfg.commit_interval);
             }
         }

@@ -37,6 +37,23 @@ pub(super) struct Part {
     /// The sink gave the partition up ([`crate::sink::Outcome::Reopen`]): nothing of it is
     /// polled any more; from this time on it leaves and, still owned, is opened anew.
     pub(super) reopen: Option<Instant>,
+    /// The offset whose store the group refused: the partition had been taken away. It is
+    /// not stored again while the partition is not ours (see [`Part::store_settled`]).
+    pub(super) refused: Option<Offset>,
+}
+
+impl Part {
+    /// The offset up to which nothing is left to store: the stored one, or, while the
+    /// partition is not ours, the one the group refused (its new owner stores from the last
+    /// stored offset). A partition given back keeps what was really stored, so its watermark
+    /// is stored again.
+    pub(super) fn store_settled(&self) -> Option<Offset> {
+        if self.owned {
+            self.stored
+        } else {
+            self.stored.max(self.refused)
+        }
+    }
 }
 
 impl Flow {
@@ -86,6 +103,7 @@ impl Flow {
             owned: true,
             end: None,
             reopen: None,
+            refused: None,
         };
         let gauge = PartitionGauge {
             stream: self.cfg.stream.to_string(),

@@ -477,6 +477,60 @@ fn a_store_refused_after_the_group_moved_the_partition_gives_it_up() {
 }
 
 #[test]
+fn a_partition_given_back_before_it_left_stores_what_the_group_refused() {
+    // Found by the flow simulation: the refused offset was taken as stored, so a partition
+    // the group gave back before it was released never stored its confirmed offsets (Iggy
+    // kept an older one until new messages came).
+    let t0 = Instant::now();
+    let mut flow = Flow::new(config(iggy(&[], true)), Budget::new(1 << 30), t0);
+    assert_eq!(settle(&mut flow, t0), Action::SyncGroup);
+    flow.handle_assignment(t0, 1, &[PartitionId(3)]);
+    let poll = settle(&mut flow, t0);
+    answer_poll(&mut flow, t0, &poll, 5, 1);
+    let poll = settle(&mut flow, t0);
+    answer_poll(&mut flow, t0, &poll, 5, 1);
+    let slot = flow.slot(PartitionId(3)).unwrap();
+    flow.handle_sink_event(t0, confirm(slot, 0, 4));
+    let t1 = ms(t0, 150);
+    let mut refused = Vec::new();
+    // Stores of a partition the group took away are refused: 4 with 5..=9 in flight, then
+    // 9 once they are confirmed.
+    for (at, last) in [(t1, None), (ms(t0, 300), Some(9))] {
+        if let Some(last) = last {
+            flow.handle_sink_event(at, confirm(slot, 5, last));
+        }
+        let Action::Store { offset, .. } = settle(&mut flow, at) else {
+            panic!("a store is due");
+        };
+        flow.handle_store_refused(at, slot, offset);
+        refused.push(offset.0);
+    }
+    assert_eq!(refused, [4, 9]);
+    // Given back before it left: its confirmed offsets are stored now.
+    let t2 = ms(t0, 400);
+    assert!(flow.handle_assignment(t2, 2, &[PartitionId(3)]));
+    let t3 = ms(t0, 600);
+    let mut stored = None;
+    for _ in 0..20 {
+        match flow.poll_action(t3) {
+            Action::Store { slot, offset, .. } => {
+                stored = Some(offset);
+                flow.handle_stored(t3, slot, offset);
+                break;
+            }
+            Action::Poll { .. } => {
+                let mut none = Vec::new();
+                flow.handle_polled(t3, &mut none, None, None);
+            }
+            Action::Wait { .. } => break,
+            _ => {}
+        }
+    }
+    assert_eq!(stored, Some(Offset(9)));
+    assert_eq!(flow.stored(PartitionId(3)), Some(Offset(9)));
+}
+
+#[test]
 fn a_partition_the_sink_gives_up_is_released_then_opened_anew_from_what_the_source_says() {
     let t0 = Instant::now();
     let mut flow = Flow::new(config(iggy(&[], true)), Budget::new(1 << 30), t0);
@@ -742,7 +796,7 @@ fn skipped_messages_count_as_done_and_the_watermark_passes_them() {
 #[test]
 fn a_stored_offset_and_a_sink_marker_decide_where_a_partition_resumes() {
     let t0 = Instant::now();
-    let mut cfg = config(iggy(&[1, 2, 3], false));
+    let mut cfg = config(iggy(&[1, 2, 3, 4], false));
     cfg.start = StartFrom::Latest;
     let mut flow = Flow::new(cfg, Budget::new(1 << 30), t0);
     assert_eq!(flow.poll_action(t0), Action::Connect);
@@ -766,6 +820,14 @@ fn a_stored_offset_and_a_sink_marker_decide_where_a_partition_resumes() {
             sink_done: Some(Offset(20)),
             head: None,
         },
+        // Nothing stored in Iggy (its commit was refused: the partition had moved), the sink
+        // holds up to 31, head at 130: the marker is a position, so start at 32; `latest`
+        // is for a partition with none (the flow simulation found it skipping 32..=130).
+        Opened {
+            stored: None,
+            sink_done: Some(Offset(31)),
+            head: Some(Offset(130)),
+        },
     ];
     for f in found {
         let Action::Open {
@@ -781,6 +843,7 @@ fn a_stored_offset_and_a_sink_marker_decide_where_a_partition_resumes() {
     assert_eq!(flow.next_poll(PartitionId(1)), Some(Offset(10)));
     assert_eq!(flow.next_poll(PartitionId(2)), Some(Offset(100)));
     assert_eq!(flow.next_poll(PartitionId(3)), Some(Offset(21)));
+    assert_eq!(flow.next_poll(PartitionId(4)), Some(Offset(32)));
     // Iggy still has 9 for it; the sink's 20 is stored at the next commit, with nothing new
     // to poll (before, the flow took 20 as stored and Iggy kept 9: a restart with no new
     // messages never moved it, seen in the S3 SIGKILL test).
