@@ -6,9 +6,17 @@
 //! step:
 //!
 //! - safety: an offset is stored only when every offset up to it was confirmed (or skipped);
-//!   a partition never has more unconfirmed messages than its window; nothing is polled
-//!   while the sink is paused;
+//!   a stored offset never goes back; a partition never has more unconfirmed messages than
+//!   its window; nothing is polled while the sink is paused or the shard budget is used up;
+//!   no offset reaches the sink twice without a redelivery in between (the sink asked for it
+//!   again, gave the partition up, or the partition was opened anew);
 //! - liveness: once the faults stop, everything produced is confirmed and stored.
+//!
+//! Worlds differ in their settings: windows, batches, commit pacing, the error policy, the
+//! pacing (windows or the sink's own buffer), `start = "earliest"` or `"latest"` (the
+//! messages before the head at an open with nothing stored are skipped by configuration), and
+//! whether the sink keeps markers of what it wrote for good (as the S3 sink does): a marker
+//! survives crashes and the partition resumes after it when it is past Iggy's stored offset.
 //!
 //! `SPILLWAY_SIM_SEEDS` (default 2000) sets how many fixed seeds run (0..N), and a tenth as
 //! many fresh ones, printed, follow; `SPILLWAY_SIM_SEED=N` replays one. A failing seed is printed with the step and the recent history.
@@ -27,6 +35,9 @@ const PARTITIONS: u32 = 3;
 struct Server {
     len: BTreeMap<PartitionId, u64>,
     stored: BTreeMap<PartitionId, Offset>,
+    /// The sink's markers (in its store, so they survive crashes): every offset up to one
+    /// was written for good.
+    marker: BTreeMap<PartitionId, Offset>,
     generation: u64,
     assigned: Vec<PartitionId>,
 }
@@ -44,6 +55,10 @@ struct World {
     sink: SimSink,
     /// Every offset the sink really confirmed (or the flow skipped), per partition.
     done: BTreeMap<PartitionId, BTreeSet<u64>>,
+    /// What reached the sink since the partition was last opened or asked for again.
+    delivered: BTreeMap<PartitionId, BTreeSet<u64>>,
+    /// The sink keeps markers ([`Server::marker`]).
+    markers: bool,
     flow: Flow,
     cfg: FlowConfig,
     budget: Rc<Budget>,
@@ -83,6 +98,10 @@ impl World {
         } else {
             Pacing::Windows
         };
+        if rng.u8(0..4) == 0 {
+            cfg.start = StartFrom::Latest;
+        }
+        let markers = rng.u8(0..3) == 0;
         let now = Instant::now();
         let budget = Budget::new(rng.u64(200..5_000));
         let flow = Flow::new(cfg.clone(), Rc::clone(&budget), now);
@@ -92,6 +111,7 @@ impl World {
             server: Server {
                 len: parts.iter().map(|&p| (p, rng.u64(0..30))).collect(),
                 stored: BTreeMap::new(),
+                marker: BTreeMap::new(),
                 generation: 1,
                 assigned: parts.clone(),
             },
@@ -100,6 +120,8 @@ impl World {
                 events: VecDeque::new(),
             },
             done: parts.iter().map(|&p| (p, BTreeSet::new())).collect(),
+            delivered: BTreeMap::new(),
+            markers,
             flow,
             cfg,
             budget,
@@ -137,6 +159,7 @@ impl World {
         self.restarts += 1;
         self.sink.pending.clear();
         self.sink.events.clear();
+        self.delivered.clear();
         self.budget = Budget::new(self.budget.limit());
         self.flow = Flow::new(self.cfg.clone(), Rc::clone(&self.budget), self.now);
         // A pause survives nothing: a restart runs the sink.
@@ -215,6 +238,15 @@ impl World {
             for o in offset..=last {
                 self.done.entry(p).or_default().insert(o);
             }
+            if self.markers && self.rng.bool() {
+                // The sink writes its marker: up to the first offset not yet done.
+                let done = &self.done[&p];
+                let from = self.server.marker.get(&p).map_or(0, |m| m.0 + 1);
+                let upto = (from..).find(|o| !done.contains(o)).unwrap_or(from);
+                if upto > from {
+                    self.server.marker.insert(p, Offset(upto - 1));
+                }
+            }
             self.sink.events.push_back(Ack {
                 slot: slot.0,
                 first: offset,
@@ -272,13 +304,34 @@ impl World {
         }
         while let Some(ack) = self.sink.events.pop_front() {
             self.log(|| format!("event {ack:?}"));
-            self.flow.handle_sink_event(self.now, ack);
+            self.sink_event(ack);
         }
         let action = self.flow.poll_action(self.now);
         let now = self.now;
         self.log(|| format!("{now:?} -> {action:?}"));
         self.perform(action)?;
         self.check()
+    }
+
+    /// Hands a sink event to the flow; what the sink asks for again may reach it again.
+    fn sink_event(&mut self, ack: Ack) {
+        let partition = (1..=PARTITIONS)
+            .map(PartitionId)
+            .find(|&p| self.flow.slot(p) == Some(Slot(ack.slot)));
+        if let Some(p) = partition {
+            match &ack.outcome {
+                Outcome::Redeliver { .. } => {
+                    if let Some(d) = self.delivered.get_mut(&p) {
+                        d.retain(|&o| o < ack.first);
+                    }
+                }
+                Outcome::Reopen { .. } => {
+                    self.delivered.remove(&p);
+                }
+                _ => {}
+            }
+        }
+        self.flow.handle_sink_event(self.now, ack);
     }
 
     fn transient(&mut self) -> bool {
@@ -315,12 +368,30 @@ impl World {
                     self.flow.handle_source_ok(now);
                 }
             }
-            Action::Open { partition, .. } => {
+            Action::Open {
+                partition,
+                need_head,
+            } => {
                 if !self.transient() {
+                    let stored = self.server.stored.get(&partition).copied();
+                    let len = self.server.len.get(&partition).copied().unwrap_or(0);
+                    let head = len.checked_sub(1).map(Offset).filter(|_| need_head);
+                    let sink_done = self
+                        .markers
+                        .then(|| self.server.marker.get(&partition).copied())
+                        .flatten();
+                    if let (None, None, StartFrom::Latest, Some(h)) =
+                        (stored, sink_done, self.cfg.start, head)
+                    {
+                        // Skipped by configuration: nothing up to the head is delivered.
+                        self.done.entry(partition).or_default().extend(0..=h.0);
+                    }
+                    self.delivered.remove(&partition);
+                    self.log(|| format!("opened {partition}: stored {stored:?}, marker {sink_done:?}, head {head:?}"));
                     let found = Opened {
-                        stored: self.server.stored.get(&partition).copied(),
-                        sink_done: None,
-                        head: None,
+                        stored,
+                        sink_done,
+                        head,
                     };
                     self.flow.handle_opened(now, partition, found);
                 }
@@ -333,6 +404,13 @@ impl World {
                 if self.group() && !self.server.assigned.contains(&partition) {
                     self.flow.handle_store_refused(now, slot, offset);
                 } else if !self.transient() {
+                    if let Some(&before) = self.server.stored.get(&partition)
+                        && offset < before
+                    {
+                        return Err(format!(
+                            "partition {partition}: storing {offset} after {before} was stored"
+                        ));
+                    }
                     self.check_storable(partition, offset)?;
                     self.server.stored.insert(partition, offset);
                     self.flow.handle_stored(now, slot, offset);
@@ -346,6 +424,13 @@ impl World {
             } => {
                 if self.paused {
                     return Err(format!("{partition:?} polled while the sink is paused"));
+                }
+                if self.budget.held() >= self.budget.limit() {
+                    return Err(format!(
+                        "{partition:?} polled with the shard budget used up ({} of {})",
+                        self.budget.held(),
+                        self.budget.limit()
+                    ));
                 }
                 if self.group() && !self.server.assigned.contains(&partition) {
                     self.flow.handle_fenced(now);
@@ -364,11 +449,18 @@ impl World {
                     self.sink_step();
                 }
                 while let Some(ack) = self.sink.events.pop_front() {
-                    self.flow.handle_sink_event(now, ack);
+                    self.sink_event(ack);
                 }
                 let head = len.checked_sub(1).map(Offset);
                 if self.flow.handle_polled(now, &mut batch, head, None) {
+                    let delivered = self.delivered.entry(partition).or_default();
                     for m in &batch {
+                        if !delivered.insert(m.offset) {
+                            return Err(format!(
+                                "partition {partition}: offset {} reached the sink twice without a redelivery",
+                                m.offset
+                            ));
+                        }
                         self.sink.pending.push((slot, partition, m.offset));
                     }
                 }
@@ -451,11 +543,16 @@ impl World {
                 self.sink_step();
             }
             while let Some(ack) = self.sink.events.pop_front() {
-                self.flow.handle_sink_event(self.now, ack);
+                self.sink_event(ack);
             }
             self.flow.handle_sink_buffered(0);
+            let latest = self.cfg.start == StartFrom::Latest;
             let complete = self.server.len.iter().all(|(p, &len)| {
-                len == 0 || self.server.stored.get(p).is_some_and(|s| s.0 + 1 >= len)
+                let stored = self.server.stored.get(p);
+                len == 0
+                    || stored.is_some_and(|s| s.0 + 1 >= len)
+                    // `latest`, opened at its head with nothing after it: nothing to store.
+                    || latest && stored.is_none() && (0..len).all(|o| self.done[p].contains(&o))
             });
             if complete {
                 return Ok(());
