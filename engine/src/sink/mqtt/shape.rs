@@ -27,6 +27,39 @@ pub const META_KEYS: [&str; 7] = [
     "iggy-origin-timestamp",
 ];
 
+/// The headers a message may set its PUBLISH from, each named by its own config key.
+#[derive(Debug, Clone, Copy)]
+enum Field {
+    Topic,
+    Qos,
+    Retain,
+    ContentType,
+    PayloadFormat,
+    MessageExpiry,
+    ResponseTopic,
+    CorrelationData,
+}
+
+const FIELDS: usize = 8;
+
+/// The configured headers found in one message, from one pass over its headers (the first
+/// of a name wins, and the pass stops at the first malformed header, as
+/// [`message::header`] does).
+#[derive(Default)]
+struct Found<'a>([Option<message::Header<'a>>; FIELDS]);
+
+impl<'a> Found<'a> {
+    fn get(&self, field: Field) -> Option<message::Header<'a>> {
+        self.0[field as usize]
+    }
+
+    /// The header's name (for errors) and its value as text.
+    fn text<'n>(&self, field: Field, name: &'n Option<String>) -> Option<(&'n str, String)> {
+        let name = name.as_deref()?;
+        Some((name, self.get(field)?.value_string()))
+    }
+}
+
 /// How messages are routed.
 #[derive(Debug)]
 enum Route {
@@ -69,7 +102,9 @@ pub struct Shaper {
     payload_format_header: Option<String>,
     message_expiry_header: Option<String>,
     response_topic_header: Option<String>,
-    correlation_data_header: Option<String>,
+    /// Every configured header name with the field it sets: one scan of a message's headers
+    /// finds them all.
+    lookups: Vec<(Box<[u8]>, Field)>,
     meta_keys: [MqttStr; 7],
     scratch: String,
 }
@@ -105,6 +140,19 @@ impl Shaper {
         };
         let qos = QoS::from_u8(cfg.qos)
             .ok_or_else(|| format!("mqtt.qos: {} is not 0, 1 or 2", cfg.qos))?;
+        let lookups = [
+            (&cfg.topic_header, Field::Topic),
+            (&cfg.qos_header, Field::Qos),
+            (&cfg.retain_header, Field::Retain),
+            (&cfg.content_type_header, Field::ContentType),
+            (&cfg.payload_format_header, Field::PayloadFormat),
+            (&cfg.message_expiry_header, Field::MessageExpiry),
+            (&cfg.response_topic_header, Field::ResponseTopic),
+            (&cfg.correlation_data_header, Field::CorrelationData),
+        ]
+        .into_iter()
+        .filter_map(|(name, field)| Some((name.as_deref()?.as_bytes().into(), field)))
+        .collect();
         Ok(Shaper {
             v5: cfg.protocol == MqttVersion::V5,
             qos,
@@ -119,7 +167,7 @@ impl Shaper {
             payload_format_header: cfg.payload_format_header.clone(),
             message_expiry_header: cfg.message_expiry_header.clone(),
             response_topic_header: cfg.response_topic_header.clone(),
-            correlation_data_header: cfg.correlation_data_header.clone(),
+            lookups,
             meta_keys: META_KEYS.map(static_str),
             scratch: String::new(),
         })
@@ -148,6 +196,7 @@ impl Shaper {
         scratch: &mut String,
         p: &PartitionInfo,
         m: &Message,
+        header: Option<message::Header<'_>>,
     ) -> Result<MqttStr, String> {
         match route {
             Route::Static(t) => Ok(t.clone()),
@@ -167,10 +216,10 @@ impl Shaper {
                 template.render(p, Some(m), scratch)?;
                 topic_name(Bytes::copy_from_slice(scratch.as_bytes()))
             }
-            Route::Header { name, fallback } => match message::header(&m.headers, name) {
+            Route::Header { name, fallback } => match header {
                 Some(h) => topic_name(Bytes::copy_from_slice(h.value)),
                 None => match fallback {
-                    Some(f) => Self::topic(f, scratch, p, m),
+                    Some(f) => Self::topic(f, scratch, p, m, None),
                     None => Err(format!(
                         "the message has no header {name:?} to take its topic from (topic_header)"
                     )),
@@ -179,17 +228,35 @@ impl Shaper {
         }
     }
 
-    fn header_text(m: &Message, name: &Option<String>) -> Option<(String, String)> {
-        let name = name.as_ref()?;
-        let h = message::header(&m.headers, name)?;
-        Some((name.clone(), h.value_string()))
+    /// One pass over `m`'s headers for every configured one.
+    fn scan<'a>(&self, m: &'a Message) -> Found<'a> {
+        let mut found = Found::default();
+        if m.headers.is_empty() || self.lookups.is_empty() {
+            return found;
+        }
+        for h in message::headers(&m.headers).map_while(Result::ok) {
+            for (name, field) in &self.lookups {
+                let slot = &mut found.0[*field as usize];
+                if slot.is_none() && h.key == &name[..] {
+                    *slot = Some(h);
+                }
+            }
+        }
+        found
     }
 
     /// The PUBLISH for `m` of `p`, or why it cannot be sent.
     pub fn shape(&mut self, p: &PartitionInfo, m: &Message) -> Result<Publish, String> {
-        let topic = Self::topic(&mut self.route, &mut self.scratch, p, m)?;
+        let found = self.scan(m);
+        let topic = Self::topic(
+            &mut self.route,
+            &mut self.scratch,
+            p,
+            m,
+            found.get(Field::Topic),
+        )?;
         let mut qos = self.qos;
-        if let Some((name, v)) = Self::header_text(m, &self.qos_header) {
+        if let Some((name, v)) = found.text(Field::Qos, &self.qos_header) {
             qos = match v.trim() {
                 "0" => QoS::AtMostOnce,
                 "1" => QoS::AtLeastOnce,
@@ -202,7 +269,7 @@ impl Shaper {
             };
         }
         let mut retain = self.retain;
-        if let Some((name, v)) = Self::header_text(m, &self.retain_header) {
+        if let Some((name, v)) = found.text(Field::Retain, &self.retain_header) {
             retain = parse_bool(&v)
                 .ok_or_else(|| format!("header {name:?} = {v:?} is not true/false"))?;
         }
@@ -214,13 +281,18 @@ impl Shaper {
         publish.qos = qos;
         publish.retain = retain;
         if self.v5 {
-            publish.properties = self.properties(p, m)?;
+            publish.properties = self.properties(p, m, &found)?;
         }
         Ok(publish)
     }
 
     /// MQTT 5 properties of `m`: none (nothing allocated) unless configured.
-    fn properties(&self, p: &PartitionInfo, m: &Message) -> Result<Properties, String> {
+    fn properties(
+        &self,
+        p: &PartitionInfo,
+        m: &Message,
+        found: &Found<'_>,
+    ) -> Result<Properties, String> {
         let mut props = Properties::default();
         if self.envelope == Envelope::Properties {
             self.metadata_properties(&mut props, p, m)?;
@@ -233,10 +305,10 @@ impl Shaper {
                 props.user_properties.push((key, value));
             }
         }
-        if let Some((_, v)) = Self::header_text(m, &self.content_type_header) {
+        if let Some((_, v)) = found.text(Field::ContentType, &self.content_type_header) {
             props.content_type = Some(text(&v).map_err(|e| format!("content type {e}"))?);
         }
-        if let Some((name, v)) = Self::header_text(m, &self.payload_format_header) {
+        if let Some((name, v)) = found.text(Field::PayloadFormat, &self.payload_format_header) {
             props.payload_format_indicator = Some(match v.trim() {
                 "1" | "utf8" | "utf-8" | "UTF-8" | "true" => true,
                 "0" | "bytes" | "false" => false,
@@ -247,20 +319,18 @@ impl Shaper {
                 }
             });
         }
-        if let Some((name, v)) = Self::header_text(m, &self.message_expiry_header) {
+        if let Some((name, v)) = found.text(Field::MessageExpiry, &self.message_expiry_header) {
             props.message_expiry_interval = Some(v.trim().parse::<u32>().map_err(|_| {
                 format!("header {name:?} = {v:?} is not a message expiry in seconds")
             })?);
         }
-        if let Some((_, v)) = Self::header_text(m, &self.response_topic_header) {
+        if let Some((_, v)) = found.text(Field::ResponseTopic, &self.response_topic_header) {
             props.response_topic = Some(
                 topic_name(Bytes::from(v.into_bytes()))
                     .map_err(|e| format!("response topic: {e}"))?,
             );
         }
-        if let Some(name) = &self.correlation_data_header
-            && let Some(h) = message::header(&m.headers, name)
-        {
+        if let Some(h) = found.get(Field::CorrelationData) {
             props.correlation_data = Some(m.headers.slice_ref(h.value));
         }
         Ok(props)
@@ -430,6 +500,44 @@ mod tests {
             s.shape(&part(), &msg(b"x", &[])).unwrap().topic.as_str(),
             "fb"
         );
+    }
+
+    #[test]
+    fn one_scan_finds_each_configured_header_as_a_lookup_by_name_would() {
+        // Two options on one header, a name given twice (the first wins), and a malformed
+        // header after which nothing is read (as `message::header` reads them).
+        let mut s = Shaper::new(&cfg(
+            "topic_header = \"to\"\nqos_header = \"q\"\nretain_header = \"q2\"\n\
+             content_type_header = \"q\"\nresponse_topic_header = \"late\"\n\
+             headers_as_properties = false",
+        ))
+        .unwrap();
+        let mut m = msg(
+            b"{}",
+            &[("q", "1"), ("to", "a/b"), ("q", "2"), ("q2", "false")],
+        );
+        let mut raw = m.headers.to_vec();
+        raw.extend_from_slice(&[2, 9, 0, 0, 0, b'x']);
+        m.headers = Bytes::from(raw);
+        let p = s.shape(&part(), &m).unwrap();
+        assert_eq!(p.topic.as_str(), "a/b");
+        assert_eq!(p.qos, QoS::AtLeastOnce);
+        assert!(!p.retain);
+        assert_eq!(p.properties.content_type.as_ref().unwrap().as_str(), "1");
+        assert!(p.properties.response_topic.is_none());
+        for field in ["to", "q", "q2"] {
+            let h = message::header(&m.headers, field).unwrap();
+            assert_eq!(
+                h.value,
+                s.scan(&m)
+                    .0
+                    .iter()
+                    .flatten()
+                    .find(|f| f.key == field.as_bytes())
+                    .unwrap()
+                    .value
+            );
+        }
     }
 
     #[test]
