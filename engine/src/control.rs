@@ -17,15 +17,7 @@ use crate::notify::Notifier;
 use crate::shard::{self, ShardHandle};
 use crate::status::{Pages, ShardLife, View};
 
-/// Exit status: everything drained and stored.
-pub const EXIT_OK: i32 = 0;
-/// Exit status: a sink or the source failed for good.
-pub const EXIT_FAILED: i32 = 1;
-/// Exit status: the configuration cannot work (a config that does not load, or a peer that
-/// refuses what it asks for, such as an Iggy server that does not accept this protocol).
-pub const EXIT_CONFIG: i32 = 2;
-/// Exit status: stopped by a second signal without waiting for the sinks.
-pub const EXIT_FORCED: i32 = 130;
+use crate::error::{EXIT_CONFIG, EXIT_FAILED, EXIT_FORCED, EXIT_OK};
 
 /// Signals within this long of the first one count as the first (a second signal stops at once).
 pub const SECOND_SIGNAL_AFTER: Duration = Duration::from_secs(1);

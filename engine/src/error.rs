@@ -2,6 +2,16 @@
 
 use std::fmt;
 
+/// Exit status: everything drained and stored.
+pub const EXIT_OK: i32 = 0;
+/// Exit status: a sink or the source failed for good.
+pub const EXIT_FAILED: i32 = 1;
+/// Exit status: the configuration cannot work (a config that does not load, or a peer that
+/// refuses what it asks for, such as an Iggy server that does not accept this protocol).
+pub const EXIT_CONFIG: i32 = 2;
+/// Exit status: stopped by a second signal without waiting for the sinks.
+pub const EXIT_FORCED: i32 = 130;
+
 /// What kind of failure it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
@@ -20,8 +30,8 @@ impl ErrorClass {
     /// The process exit status for a run that ended with this.
     pub fn exit_code(self) -> i32 {
         match self {
-            ErrorClass::Transient | ErrorClass::Permanent => crate::control::EXIT_FAILED,
-            ErrorClass::Config => crate::control::EXIT_CONFIG,
+            ErrorClass::Transient | ErrorClass::Permanent => EXIT_FAILED,
+            ErrorClass::Config => EXIT_CONFIG,
         }
     }
 }

@@ -12,7 +12,7 @@ use spillway::coremap::{self, Machine};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Exit status for a config that does not load.
-const EXIT_CONFIG: u8 = spillway::control::EXIT_CONFIG as u8;
+const EXIT_CONFIG: u8 = spillway::error::EXIT_CONFIG as u8;
 
 /// Where to read on, shown under `--help` and `run --help`.
 const MORE: &str = "\
