@@ -31,6 +31,51 @@ pub fn jittered(backoff: Duration, r: f64) -> Duration {
     backoff.mul_f64(0.5 + 0.5 * r.clamp(0.0, 1.0))
 }
 
+/// A reconnect or retry backoff: each wait is half to all of the current step ([`jittered`]),
+/// the step doubles after each wait up to `max`, and goes back to `min` once the peer answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    step: Duration,
+    min: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    /// Starting at `min`, never above `max` (nor below `min`).
+    pub fn new(min: Duration, max: Duration) -> Backoff {
+        Backoff {
+            step: min,
+            min,
+            max: max.max(min),
+        }
+    }
+
+    /// The current step: the longest the next wait can be.
+    pub fn step(&self) -> Duration {
+        self.step
+    }
+
+    /// The next wait (`r` a random draw in `0..1`); the step doubles.
+    pub fn next_wait(&mut self, r: f64) -> Duration {
+        let wait = jittered(self.step, r);
+        self.step = (self.step * 2).min(self.max);
+        wait
+    }
+
+    /// The next wait without jitter and at least `floor` (a hand-over that must leave the
+    /// other side time); the step doubles from it, up to the larger of `max` and `floor`.
+    pub fn next_at_least(&mut self, floor: Duration) -> Duration {
+        let wait = self.step.max(floor);
+        self.step = (wait * 2).min(self.max.max(wait));
+        wait
+    }
+
+    /// Back to the first step: the peer answered.
+    pub fn reset(&mut self) {
+        self.step = self.min;
+    }
+}
+
 /// A duration for a log line: whole milliseconds below 10 s (`137ms`), tenths of a second
 /// above (`12.4s`), and never the nanoseconds a jittered wait has (`137.293847ms`).
 #[derive(Debug, Clone, Copy)]
@@ -184,6 +229,34 @@ impl<'de> Deserialize<'de> for ByteSize {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_backoff_doubles_to_its_max_jitters_below_its_step_and_resets() {
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new(ms(100), ms(1_000));
+        let mut steps = Vec::new();
+        for r in [0.0, 1.0, 0.5, 1.0, 1.0, 0.0] {
+            let step = b.step();
+            let wait = b.next_wait(r);
+            assert!(
+                wait >= step / 2 && wait <= step,
+                "{wait:?} within half to all of {step:?}"
+            );
+            steps.push(step);
+        }
+        assert_eq!(
+            steps,
+            [ms(100), ms(200), ms(400), ms(800), ms(1_000), ms(1_000)]
+        );
+        b.reset();
+        assert_eq!(b.step(), ms(100));
+        // A hand-over waits at least its floor, unjittered, and doubles from there.
+        assert_eq!(b.next_at_least(ms(1_500)), ms(1_500));
+        assert_eq!(b.step(), ms(1_500));
+        assert_eq!(b.next_at_least(ms(1_500)), ms(1_500));
+        // A max below the min is raised to it.
+        assert_eq!(Backoff::new(ms(50), ms(10)).next_wait(1.0), ms(50));
+    }
+
     use super::*;
 
     #[test]

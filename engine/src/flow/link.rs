@@ -2,14 +2,14 @@
 //! consumer group's membership and assignment (partitions taken away are kept until drained
 //! and stored; see `retire`).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tracing::{info, warn};
 
 use super::{Action, Flow, IggyPlan, PartitionId, Phase};
 use crate::config::StartFrom;
 use crate::error::{EngineError, ErrorClass};
-use crate::units::Rounded;
+use crate::units::{Backoff, Rounded};
 
 /// Where the link to the source is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +26,7 @@ pub(super) enum LinkState {
 pub(super) struct Link {
     pub(super) state: LinkState,
     pub(super) plan: Option<IggyPlan>,
-    pub(super) backoff: Duration,
+    pub(super) backoff: Backoff,
     pub(super) joined: bool,
     pub(super) generation: Option<u64>,
     pub(super) next_sync: Instant,
@@ -53,11 +53,10 @@ impl Flow {
             self.finish(Err(error));
             return;
         }
-        let Some(plan) = self.link.plan.as_ref() else {
+        if self.link.plan.is_none() {
             return;
-        };
-        let wait = crate::units::jittered(self.link.backoff, self.rng.f64());
-        self.link.backoff = (self.link.backoff * 2).min(plan.reconnect_max);
+        }
+        let wait = self.link.backoff.next_wait(self.rng.f64());
         self.link.state = LinkState::Down { at: now + wait };
         self.stats.borrow_mut().counters.reconnects += 1;
         if matches!(was, LinkState::Up { ready: true }) {
@@ -194,7 +193,7 @@ impl Flow {
         let settled = self.opens.is_empty() && (!plan.group || self.link.generation.is_some());
         if settled {
             self.link.state = LinkState::Up { ready: true };
-            self.link.backoff = plan.reconnect_min;
+            self.link.backoff.reset();
         }
     }
 }

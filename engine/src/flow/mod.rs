@@ -58,6 +58,7 @@ use crate::error::{EngineError, ErrorClass};
 use crate::message::{Message, PartitionInfo};
 use crate::ratelog::RateLimit;
 use crate::sink::{Ack, Outcome};
+use crate::units::Backoff;
 
 /// What the shard's control task tells its runners.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,7 +150,11 @@ impl Flow {
             SourcePlan::Local(parts) => (LinkState::Up { ready: true }, None, parts.clone()),
             SourcePlan::Iggy(plan) => (LinkState::Down { at: now }, Some(plan.clone()), vec![]),
         };
-        let backoff = plan.as_ref().map_or(Duration::ZERO, |p| p.reconnect_min);
+        let backoff = plan
+            .as_ref()
+            .map_or(Backoff::new(Duration::ZERO, Duration::ZERO), |p| {
+                Backoff::new(p.reconnect_min, p.reconnect_max)
+            });
         let rng = fastrand::Rng::with_seed(cfg.seed);
         let mut flow = Flow {
             link: Link {

@@ -36,7 +36,7 @@ use crate::config::{ErrorPolicy, MqttSinkConfig, MqttVersion};
 use crate::sink::Acks;
 use crate::template::name::Place;
 use crate::template::topic::topic_name;
-use crate::units::Rounded;
+use crate::units::{Backoff, Rounded};
 
 /// The most bytes gathered into one vectored write.
 const MAX_WRITE: usize = 1 << 20;
@@ -392,7 +392,7 @@ const HEAD_STRIKES: u32 = 3;
 /// Runs connection `link` until it is stopped, closed after a drain, or fails for good.
 pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
     let cfg = &ctx.cfg;
-    let mut backoff = cfg.reconnect_min.0;
+    let mut backoff = Backoff::new(cfg.reconnect_min.0, cfg.reconnect_max.0);
     let mut first = true;
     // A persistent session must begin with a connection made with Clean Start (Session) 0:
     // MQTT 3.1.1 keeps no session for a clean connection, and mosquitto persists an MQTT 5
@@ -486,7 +486,7 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
                     conn = link.index,
                     "MQTT connection to {address}: {}; reconnecting in about {}",
                     e.message,
-                    Rounded(backoff)
+                    Rounded(backoff.step())
                 );
                 ctx.acks
                     .trouble(format!("MQTT connection to {address}: {}", e.message));
@@ -499,15 +499,14 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
             // answers CONNACK and then breaks every connection at once must not be
             // reconnected to at `reconnect_min` over and over.
             if lasted >= HEALTHY_CONNECTION {
-                backoff = cfg.reconnect_min.0;
+                backoff.reset();
             }
         }
         if link.closing.get() && link.idle() {
             // Draining and nothing left to send: no reason to come back.
             break;
         }
-        let wait = crate::units::jittered(backoff, fastrand::f64());
-        backoff = (backoff * 2).min(cfg.reconnect_max.0);
+        let wait = backoff.next_wait(fastrand::f64());
         let until = Instant::now() + wait;
         while !link.stop.get() && Instant::now() < until {
             monoio::time::sleep(

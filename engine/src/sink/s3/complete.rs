@@ -81,9 +81,9 @@ impl Finisher {
             )));
             return;
         }
-        let backoff = shared.backoff.get();
-        let wait = crate::units::jittered(backoff, fastrand::f64());
-        shared.backoff.set((backoff * 2).min(self.retry_max));
+        let mut backoff = shared.backoff.get();
+        let wait = backoff.next_wait(fastrand::f64());
+        shared.backoff.set(backoff);
         warn!(
             sink = %self.sink,
             partition,
@@ -105,7 +105,8 @@ impl Finisher {
     /// what its successor wrote and Iggy stored), else it lets it go.
     fn fenced(&self, shared: &Completion, slot: usize, epoch: u64, partition: u32, why: &str) {
         shared.ledger.borrow_mut().reset();
-        let backoff = shared.backoff.get().max(Duration::from_secs(1));
+        let mut next = shared.backoff.get();
+        let backoff = next.next_at_least(Duration::from_secs(1));
         self.events
             .borrow_mut()
             .push(TaskEvent::Fenced { slot, epoch });
@@ -114,9 +115,7 @@ impl Finisher {
         if !shared.retired.get() {
             self.acks.reopen_at(slot, Instant::now() + backoff);
         }
-        shared
-            .backoff
-            .set((backoff * 2).min(self.retry_max.max(backoff)));
+        shared.backoff.set(next);
         warn!(
             sink = %self.sink,
             partition,
@@ -343,7 +342,9 @@ pub(super) async fn complete(
     match result {
         Ok(size) => {
             debug!(sink = %f.sink, key = %job.claim.key, size, first = job.claim.first, last = job.claim.last, count = job.count, "object complete");
-            shared.backoff.set(f.retry_min);
+            let mut backoff = shared.backoff.get();
+            backoff.reset();
+            shared.backoff.set(backoff);
             f.failing.set(false);
             // A released writer's slot may hold another partition now (or this one taken up
             // anew, from what the store and Iggy say): its confirmations go nowhere.

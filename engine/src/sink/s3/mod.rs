@@ -360,7 +360,7 @@ impl Sink for S3Sink {
                 // be polled on and on, every message held unconfirmed by the engine.
                 let wait = self.parts[slot]
                     .as_ref()
-                    .map_or(self.cfg.retry_min.0, |w| w.shared.backoff.get());
+                    .map_or(self.cfg.retry_min.0, |w| w.shared.backoff.get().step());
                 self.acks
                     .redeliver_at(slot, m.offset, Instant::now() + wait);
                 return Ok(());

@@ -12,7 +12,7 @@ use super::marker::{Fence, marker_key};
 use super::{Failure, S3Sink};
 use crate::sink::SinkError;
 use crate::template::key;
-use crate::units::Rounded;
+use crate::units::{Backoff, Rounded};
 
 impl S3Sink {
     /// Takes partition `partition` over in the store: reads its marker and, with fencing,
@@ -29,7 +29,7 @@ impl S3Sink {
         let key = marker_key(&self.cfg.prefix, &self.name, stream, topic, partition);
         let began = Instant::now();
         let mut refusals = 0u32;
-        let mut backoff = self.cfg.retry_min.0;
+        let mut backoff = Backoff::new(self.cfg.retry_min.0, self.cfg.retry_max.0);
         // A store that fails for now is waited for (the engine stops this while stopping);
         // one that refuses for good stops the sink.
         let mut transient = async |e: Failure| -> Result<(), SinkError> {
@@ -39,9 +39,9 @@ impl S3Sink {
                     e.text
                 )));
             }
-            warn!(sink = %self.name, partition, "taking partition {partition} over failed, trying again in {}: {}", Rounded(backoff), e.text);
-            monoio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(self.cfg.retry_max.0);
+            let wait = backoff.next_wait(fastrand::f64());
+            warn!(sink = %self.name, partition, "taking partition {partition} over failed, trying again in {}: {}", Rounded(wait), e.text);
+            monoio::time::sleep(wait).await;
             Ok(())
         };
         loop {

@@ -140,8 +140,6 @@ impl S3Sink {
                 ..ObjectOptions::default()
             },
             acks: acks.clone(),
-            retry_min: cfg.retry_min.0,
-            retry_max: cfg.retry_max.0,
             failures: Rc::default(),
             failing: Rc::default(),
             events: TaskEvents::default(),

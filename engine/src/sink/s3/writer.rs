@@ -2,6 +2,7 @@
 //! with it, and what they report back.
 
 use super::*;
+use crate::units::Backoff;
 
 /// An object being written.
 pub(super) struct Open {
@@ -54,7 +55,7 @@ impl LaneState for Lane {
 /// What a partition's completion tasks share with its writer.
 pub(super) struct Completion {
     /// The next backoff after a failure (doubles up to `retry_max`, reset by a success).
-    pub(super) backoff: Cell<Duration>,
+    pub(super) backoff: Cell<Backoff>,
     pub(super) ledger: RefCell<Ledger>,
     /// This member's hold on the partition's marker.
     pub(super) fence: RefCell<Fence>,
@@ -126,8 +127,6 @@ pub(super) struct Finisher {
     /// The options of the small JSON objects the sink writes itself (markers, dead letters).
     pub(super) small: ObjectOptions,
     pub(super) acks: Acks,
-    pub(super) retry_min: Duration,
-    pub(super) retry_max: Duration,
     pub(super) failures: Rc<Cell<u64>>,
     /// The newest object to settle failed (it is being tried again): the store is failing.
     pub(super) failing: Rc<Cell<bool>>,
@@ -178,7 +177,7 @@ impl S3Sink {
                 info: Rc::clone(info),
                 lanes: vec![lane],
                 shared: Rc::new(Completion {
-                    backoff: Cell::new(self.cfg.retry_min.0),
+                    backoff: Cell::new(Backoff::new(self.cfg.retry_min.0, self.cfg.retry_max.0)),
                     ledger: RefCell::new(ledger),
                     fence: RefCell::new(fence),
                     queued: Cell::new(0),
