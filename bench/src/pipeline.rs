@@ -109,7 +109,9 @@ impl Servers {
                     );
                 }
                 Dest::S3sFs if s.s3.is_none() => {
-                    s.s3 = Some(S3Server::start().map_err(|e| format!("starting s3s-fs: {e}"))?);
+                    s.s3 = Some(
+                        S3Server::start_on_disk().map_err(|e| format!("starting s3s-fs: {e}"))?,
+                    );
                 }
                 Dest::DiscardS3 if s.discard_s3.is_none() => {
                     s.discard_s3 = Some(

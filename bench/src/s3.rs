@@ -614,7 +614,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
     };
 
     // 1. Against s3s-fs.
-    let server = S3Server::start().map_err(|e| format!("starting s3s-fs: {e}"))?;
+    let server = S3Server::start_on_disk().map_err(|e| format!("starting s3s-fs: {e}"))?;
     let target = Target {
         endpoint: server.endpoint(),
         region: server.region().to_owned(),

@@ -667,7 +667,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Str
         );
     }
     let plan = Plan::new(quick);
-    let s3 = S3Server::start().map_err(|e| format!("starting s3s-fs: {e}"))?;
+    let s3 = S3Server::start_on_disk().map_err(|e| format!("starting s3s-fs: {e}"))?;
     let iggy = crate::harness::iggy()?;
     let stream = format!(
         "bench-s3sink-{:x}",

@@ -49,11 +49,11 @@ pub(crate) fn running_as_root() -> bool {
 }
 
 /// Where a server that stores what the tests send keeps its data: `SPILLWAY_TEST_SCRATCH` if
-/// set, else `/dev/shm` (memory, not disk) when a directory can be made there, else the system's
+/// set, else (with `memory`) `/dev/shm` when a directory can be made there, else the system's
 /// temporary directory. The S3 tests push gigabytes through the store; on a CI machine whose disk
 /// is nearly full (one run had a few GiB free after the build) a disk-backed store fails with
 /// ENOSPC and the test measures the disk instead of the engine.
-pub(crate) fn scratch_dir(prefix: &str) -> Result<tempfile::TempDir, HarnessError> {
+pub(crate) fn scratch_dir(prefix: &str, memory: bool) -> Result<tempfile::TempDir, HarnessError> {
     let make = |root: &Path| tempfile::Builder::new().prefix(prefix).tempdir_in(root);
     if let Some(root) = std::env::var_os("SPILLWAY_TEST_SCRATCH") {
         let root = Path::new(&root);
@@ -68,7 +68,8 @@ pub(crate) fn scratch_dir(prefix: &str) -> Result<tempfile::TempDir, HarnessErro
         });
     }
     let shm = Path::new("/dev/shm");
-    if shm.is_dir()
+    if memory
+        && shm.is_dir()
         && let Ok(dir) = make(shm)
     {
         return Ok(dir);

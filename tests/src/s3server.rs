@@ -38,6 +38,10 @@ pub struct S3ServerOpts {
     pub secret_key: String,
     /// How long start-up may take (default 10 s).
     pub start_timeout: Duration,
+    /// Keep the data on a disk (the system's temporary directory, or `SPILLWAY_TEST_SCRATCH`)
+    /// rather than in `/dev/shm`: for benches, whose figures are compared with earlier ones
+    /// (default false: tests push GiBs through the store and CI machines can be short of disk).
+    pub on_disk: bool,
 }
 
 impl Default for S3ServerOpts {
@@ -47,6 +51,7 @@ impl Default for S3ServerOpts {
             access_key: "SPILLWAYTESTACCESSKEY".to_owned(),
             secret_key: "spillway-test-secret-key-0123456789".to_owned(),
             start_timeout: Duration::from_secs(10),
+            on_disk: false,
         }
     }
 }
@@ -58,6 +63,7 @@ impl fmt::Debug for S3ServerOpts {
             .field("access_key", &self.access_key)
             .field("secret_key", &"<redacted>")
             .field("start_timeout", &self.start_timeout)
+            .field("on_disk", &self.on_disk)
             .finish()
     }
 }
@@ -88,6 +94,14 @@ impl S3Server {
         Self::start_with(S3ServerOpts::default())
     }
 
+    /// The same with its data on a disk ([`S3ServerOpts::on_disk`]), as the benches run it.
+    pub fn start_on_disk() -> Result<S3Server, HarnessError> {
+        Self::start_with(S3ServerOpts {
+            on_disk: true,
+            ..S3ServerOpts::default()
+        })
+    }
+
     /// Starts s3s-fs with `opts`: creates the bucket directory, picks a free loopback port and
     /// waits until the server accepts connections.
     pub fn start_with(opts: S3ServerOpts) -> Result<S3Server, HarnessError> {
@@ -97,7 +111,7 @@ impl S3Server {
                 "S3 access key and secret key must not be empty".to_owned(),
             ));
         }
-        let dir = scratch_dir("spillway-s3-")?;
+        let dir = scratch_dir("spillway-s3-", !opts.on_disk)?;
         let data_dir = dir.path().join("data");
         let bucket_dir = data_dir.join(&opts.bucket);
         fs::create_dir_all(&bucket_dir)
