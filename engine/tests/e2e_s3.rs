@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{
     Engine, engine_sections, s3_sink, send, stop_clean, topic, wait_exit_code, wait_stored,
@@ -962,12 +962,25 @@ fn objects_that_fit_one_part_are_one_put_object_each_and_never_pass_the_limit() 
     let mut engine = Engine::start(dir.path(), "fit", &cfg);
     wait_stored(&mut engine, &mut admin, &t, "fit", MESSAGES - 1, LONG);
     // The sink counts every request it sends (spillway_sink_requests_total): what the proxy saw.
-    let mut counted = None;
-    common::wait_until("the request count to reach the proxy's", LONG, || {
-        counted = common::scrape_metrics(metrics)
+    let deadline = Instant::now() + LONG;
+    loop {
+        let counted = common::scrape_metrics(metrics)
             .and_then(|b| common::metric_of_sink(&b, "spillway_sink_requests_total", "fit"));
-        counted == Some(proxy.requests().len() as f64)
-    });
+        let seen = proxy.requests();
+        if counted == Some(seen.len() as f64) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sink counted {counted:?} requests, the proxy saw {}: {:?}\n{}",
+            seen.len(),
+            seen.iter()
+                .map(|h| format!("{} {}", h.method, h.target))
+                .collect::<Vec<_>>(),
+            engine.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     stop_clean(&mut engine, Duration::from_secs(30));
 
     let objs = objects(&s3.bucket_dir());
