@@ -27,7 +27,7 @@ impl fmt::Display for Dur {
 /// A backoff's wait: between half of `backoff` and all of it (`r` in `0..1`, a random draw),
 /// so the wait never passes the limit the backoff is capped at (a `reconnect_max` or
 /// `retry_max` is the longest a user waits, not two thirds of it).
-pub fn jittered(backoff: Duration, r: f64) -> Duration {
+fn jittered(backoff: Duration, r: f64) -> Duration {
     backoff.mul_f64(0.5 + 0.5 * r.clamp(0.0, 1.0))
 }
 

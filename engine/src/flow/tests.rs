@@ -455,15 +455,24 @@ fn a_partition_taken_away_is_drained_and_stored_before_it_is_released() {
     assert_eq!(flow.slot(PartitionId(1)), None);
 }
 
+/// A consumer-group member assigned `partition` alone (generation 1), after `polls` polls of
+/// 5 messages each; its slot.
+fn group_member_polled(t0: Instant, partition: PartitionId, polls: usize) -> (Flow, Slot) {
+    let mut flow = Flow::new(config(iggy(&[], true)), Budget::new(1 << 30), t0);
+    assert_eq!(settle(&mut flow, t0), Action::SyncGroup);
+    flow.handle_assignment(t0, 1, &[partition]);
+    for _ in 0..polls {
+        let poll = settle(&mut flow, t0);
+        answer_poll(&mut flow, t0, &poll, 5, 1);
+    }
+    let slot = flow.slot(partition).unwrap();
+    (flow, slot)
+}
+
 #[test]
 fn a_store_refused_after_the_group_moved_the_partition_gives_it_up() {
     let t0 = Instant::now();
-    let mut flow = Flow::new(config(iggy(&[], true)), Budget::new(1 << 30), t0);
-    assert_eq!(settle(&mut flow, t0), Action::SyncGroup);
-    flow.handle_assignment(t0, 1, &[PartitionId(3)]);
-    let poll = settle(&mut flow, t0);
-    answer_poll(&mut flow, t0, &poll, 5, 1);
-    let slot = flow.slot(PartitionId(3)).unwrap();
+    let (mut flow, slot) = group_member_polled(t0, PartitionId(3), 1);
     flow.handle_sink_event(t0, confirm(slot, 0, 4));
     let t1 = ms(t0, 150);
     let Action::Store { offset, .. } = settle(&mut flow, t1) else {
@@ -482,14 +491,7 @@ fn a_partition_given_back_before_it_left_stores_what_the_group_refused() {
     // the group gave back before it was released never stored its confirmed offsets (Iggy
     // kept an older one until new messages came).
     let t0 = Instant::now();
-    let mut flow = Flow::new(config(iggy(&[], true)), Budget::new(1 << 30), t0);
-    assert_eq!(settle(&mut flow, t0), Action::SyncGroup);
-    flow.handle_assignment(t0, 1, &[PartitionId(3)]);
-    let poll = settle(&mut flow, t0);
-    answer_poll(&mut flow, t0, &poll, 5, 1);
-    let poll = settle(&mut flow, t0);
-    answer_poll(&mut flow, t0, &poll, 5, 1);
-    let slot = flow.slot(PartitionId(3)).unwrap();
+    let (mut flow, slot) = group_member_polled(t0, PartitionId(3), 2);
     flow.handle_sink_event(t0, confirm(slot, 0, 4));
     let t1 = ms(t0, 150);
     let mut refused = Vec::new();
