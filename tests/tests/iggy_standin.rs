@@ -891,7 +891,7 @@ fn requests_carry_the_code_only_when_non_replicated() {
 
 #[test]
 fn a_tls_stand_in_serves_the_protocol_over_tls_with_its_ca() {
-    // The STAND-IN's own TLS listener (TLS to the real server: engine/tests/e2e_tls.rs).
+    // The STAND-IN's own TLS listener (TLS to the real server: engine/tests/integration/e2e_tls.rs).
     let iggy = IggyStandIn::start_with(IggyStandInOpts::new().tls()).unwrap();
     let ca_pem = iggy.ca_pem().expect("a TLS stand-in has a CA").to_owned();
     assert!(ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
@@ -947,7 +947,7 @@ fn a_tls_stand_in_serves_the_protocol_over_tls_with_its_ca() {
 
 #[test]
 fn a_tls_stand_in_is_refused_by_a_client_trusting_another_ca_or_name() {
-    // The STAND-IN's own TLS listener (TLS to the real server: engine/tests/e2e_tls.rs).
+    // The STAND-IN's own TLS listener (TLS to the real server: engine/tests/integration/e2e_tls.rs).
     let iggy = IggyStandIn::start_with(IggyStandInOpts::new().tls()).unwrap();
     let other_ca = TestCa::new("another CA").unwrap();
     let wrong_ca = IggyAdmin::connect_tls(

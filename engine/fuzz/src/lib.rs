@@ -1,5 +1,5 @@
 //! The checks the engine fuzz targets run. They live in a library so that each target is one
-//! call, and so that `engine/tests/never_panics.rs` runs the very same checks in the ordinary
+//! call, and so that `engine/tests/integration/never_panics.rs` runs the very same checks in the ordinary
 //! test run (it includes this file as a module): keep to crates the `spillway` package already
 //! depends on (`bytes`, `bytemuck`, `iggy_binary_protocol`, `twox-hash`, `base64`,
 //! `serde_json`).

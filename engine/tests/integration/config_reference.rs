@@ -209,7 +209,7 @@ fn code_keys() -> BTreeMap<String, Kind> {
                 keys.insert(route.join("."), Kind::Value);
             }
             Found::Unsupported(why) => panic!(
-                "config key `{}`: {why}; teach tests/config_reference.rs to list its keys",
+                "config key `{}`: {why}; teach engine/tests/integration/config_reference.rs to list its keys",
                 route.join(".")
             ),
         }

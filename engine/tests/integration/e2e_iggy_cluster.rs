@@ -13,7 +13,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -244,7 +244,7 @@ fn two_leader_kills(
 
 /// The sequence on three nodes with a file sink. Ignored: the server wedges in about
 /// half the runs after the second kill (see the module docs); run it by hand with
-/// `cargo test -p spillway --test e2e_iggy_cluster -- --ignored`.
+/// `cargo test -p spillway --test integration e2e_iggy_cluster:: -- --ignored`.
 #[test]
 #[ignore = "0.9.0-edge.5 on three nodes at times takes no write after the second leader kill"]
 fn three_nodes_the_engine_follows_two_leader_kills_with_a_file_sink() {

@@ -5,7 +5,7 @@
 //! only where no server binary is at hand, or where a test says why); every test creates its
 //! own stream.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
