@@ -46,7 +46,9 @@ impl fmt::Display for ErrorClass {
     }
 }
 
-/// Why a runner ended (or why a source request failed), naming the sink.
+/// The engine's one error: why a runner ended, why a sink stopped or a source request failed,
+/// with the class the exit status comes from and a message that names the cause (the config
+/// key, the broker's reason code, the S3 error code). Sinks return it too.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineError {
     /// What kind.
@@ -74,6 +76,11 @@ impl EngineError {
         EngineError::new(ErrorClass::Transient, message)
     }
 
+    /// Whether it may go away by itself, so that trying again can help.
+    pub fn is_transient(&self) -> bool {
+        self.class == ErrorClass::Transient
+    }
+
     /// A configuration that cannot work.
     pub fn config(message: impl Into<String>) -> EngineError {
         EngineError::new(ErrorClass::Config, message)
@@ -97,8 +104,6 @@ mod tests {
         assert_eq!(EngineError::config("x").class.exit_code(), 2);
         assert_eq!(EngineError::permanent("x").class.exit_code(), 1);
         assert_eq!(EngineError::transient("x").class.exit_code(), 1);
-        let from_sink = crate::sink::SinkError::config("bad key");
-        assert_eq!(from_sink.class, ErrorClass::Config);
-        assert_eq!(from_sink.to_string(), "bad key");
+        assert_eq!(EngineError::config("bad key").to_string(), "bad key");
     }
 }

@@ -9,11 +9,12 @@
 
 use std::fmt::Write as _;
 
-use iggy_binary_protocol::{WireConsumer, WireIdentifier};
 use tracing::info;
 
+use iggy_binary_protocol::{WireConsumer, WireIdentifier};
+
 use crate::config::{Config, SinkConfig, SinkType, SourceKind, StartFrom};
-use crate::iggy::{IggyClient, PartitionState, wire_ident};
+use crate::iggy::{IggyClient, PartitionState, Target as IggyTarget};
 use crate::message::Message;
 use crate::sink::{Acks, S3Sink};
 
@@ -142,12 +143,7 @@ pub fn run(
 
 struct Source {
     client: IggyClient,
-    consumer: WireConsumer,
-    stream: WireIdentifier,
-    topic: WireIdentifier,
-    stream_name: String,
-    topic_name: String,
-    group: Option<WireIdentifier>,
+    target: IggyTarget,
 }
 
 async fn run_on(
@@ -158,41 +154,18 @@ async fn run_on(
     force: bool,
 ) -> Result<String, String> {
     let (client, _finder) = crate::check::iggy_login(config).await?;
-    let (Some(stream), Some(topic)) = (&sink.stream, &sink.topic) else {
-        return Err(format!("sink {:?}: stream and topic are needed", sink.name));
-    };
-    let group = sink
-        .consumer_group
-        .as_ref()
-        .map(|g| WireIdentifier::named(g.clone()))
-        .transpose()
-        .map_err(|e| format!("sink.consumer_group: {e}"))?;
-    let consumer = match &group {
-        Some(g) => WireConsumer::consumer_group(g.clone()),
-        None => WireConsumer::consumer(
-            WireIdentifier::named(sink.consumer_name().to_owned())
-                .map_err(|e| format!("sink.consumer: {e}"))?,
-        ),
-    };
-    let mut src = Source {
-        client,
-        consumer,
-        stream: wire_ident(stream).map_err(|e| format!("sink.stream: {e}"))?,
-        topic: wire_ident(topic).map_err(|e| format!("sink.topic: {e}"))?,
-        stream_name: stream.to_string(),
-        topic_name: topic.to_string(),
-        group,
-    };
+    let target = IggyTarget::of(sink).map_err(|e| format!("sink {:?}: {e}", sink.name))?;
+    let mut src = Source { client, target };
     let iggy_err = |e: crate::iggy::IggyError| format!("Iggy: {e}");
     let Some(heads) = src
         .client
-        .topic(&src.stream, &src.topic)
+        .topic(&src.target.stream, &src.target.topic)
         .await
         .map_err(iggy_err)?
     else {
         return Err(format!(
             "topic {} not found in stream {} (or the stream is missing)",
-            src.topic_name, src.stream_name
+            src.target.topic_name, src.target.stream_name
         ));
     };
     let mut ids: Vec<u32> = match &sink.partitions {
@@ -226,8 +199,8 @@ async fn run_on(
             Some(g) => format!("consumer group {g}"),
             None => format!("consumer {}", sink.consumer_name()),
         },
-        src.stream_name,
-        src.topic_name
+        src.target.stream_name,
+        src.target.topic_name
     );
     table(&mut out, &rows, s3.is_some(), sink.start);
     let moves: Vec<(u32, u64, u64)> = match op {
@@ -270,7 +243,7 @@ async fn run_on(
     let _ = writeln!(out);
     // A group's offsets are stored by a member that holds the partition: the tool joins
     // (alone, since it refused while others are in), and leaves once done.
-    let joined = match src.group.clone() {
+    let joined = match src.target.group.clone() {
         Some(group) => Some(join_alone(&mut src, group, &ids).await?),
         None => None,
     };
@@ -278,7 +251,7 @@ async fn run_on(
     if let Some(group) = joined
         && let Err(e) = src
             .client
-            .leave_group(&src.stream, &src.topic, &group)
+            .leave_group(&src.target.stream, &src.target.topic, &group)
             .await
     {
         let _ = writeln!(
@@ -303,14 +276,14 @@ async fn join_alone(
     ids: &[u32],
 ) -> Result<WireIdentifier, String> {
     src.client
-        .join_group(&src.stream, &src.topic, &group)
+        .join_group(&src.target.stream, &src.target.topic, &group)
         .await
         .map_err(|e| format!("joining the consumer group to store its offsets: {e}"))?;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let assigned = src
             .client
-            .sync_group(&src.stream, &src.topic, &group)
+            .sync_group(&src.target.stream, &src.target.topic, &group)
             .await
             .map_err(|e| format!("reading the group's assignment: {e}"))?;
         let held = assigned.map(|(_, p)| p).unwrap_or_default();
@@ -320,7 +293,7 @@ async fn join_alone(
         if std::time::Instant::now() >= deadline {
             let _ = src
                 .client
-                .leave_group(&src.stream, &src.topic, &group)
+                .leave_group(&src.target.stream, &src.target.topic, &group)
                 .await;
             return Err(format!(
                 "the consumer group assigned the tool partitions {held:?}, not all of {ids:?} (other members are in it)"
@@ -347,19 +320,19 @@ async fn apply(
             continue;
         }
         if let Some(s3) = s3 {
-            s3.set_marker(&src.stream_name, &src.topic_name, p, to)
+            s3.set_marker(&src.target.stream_name, &src.target.topic_name, p, to)
                 .await
                 .map_err(|e| e.message)?;
         }
         match to.checked_sub(1) {
             Some(last) => src
                 .client
-                .store_offset(&src.consumer, &src.stream, &src.topic, p, last)
+                .store_offset(&src.target, p, last)
                 .await
                 .map_err(|e| format!("storing offset {last} of partition {p} in Iggy: {e}"))?,
             None => src
                 .client
-                .delete_offset(&src.consumer, &src.stream, &src.topic, p)
+                .delete_offset(&src.target, p)
                 .await
                 .map_err(|e| format!("deleting the stored offset of partition {p}: {e}"))?,
         }
@@ -382,12 +355,12 @@ async fn row(
 ) -> Result<Row, String> {
     let stored = src
         .client
-        .stored_offset(&src.consumer, &src.stream, &src.topic, id)
+        .stored_offset(&src.target, id)
         .await
         .map_err(|e| format!("reading the stored offset of partition {id}: {e}"))?;
     let marker = match s3 {
         Some(s3) => s3
-            .marker_state(&src.stream_name, &src.topic_name, id)
+            .marker_state(&src.target.stream_name, &src.target.topic_name, id)
             .await
             .map_err(|e| e.message)?
             .and_then(|m| m.last),
@@ -454,10 +427,10 @@ async fn refuse_if_running(
             sink.name
         ));
     }
-    if let Some(group) = &src.group {
+    if let Some(group) = &src.target.group {
         let members = src
             .client
-            .group_members(&src.stream, &src.topic, group)
+            .group_members(&src.target.stream, &src.target.topic, group)
             .await
             .map_err(|e| format!("reading the consumer group: {e}"))?;
         if let Some(n) = members.filter(|n| *n > 0) {
@@ -483,20 +456,15 @@ async fn describe_skipped(
     let count = u32::try_from(to.saturating_sub(from).min(NAMED)).unwrap_or(1);
     // A plain consumer of its own: a group's polls are for its members, and a poll at an
     // offset stores nothing.
-    let reader = WireConsumer::consumer(
-        WireIdentifier::named("spillway-offsets".to_owned()).map_err(|e| e.to_string())?,
-    );
+    let reader = IggyTarget {
+        consumer: WireConsumer::consumer(
+            WireIdentifier::named("spillway-offsets".to_owned()).map_err(|e| e.to_string())?,
+        ),
+        ..src.target.clone()
+    };
     if count > 0 {
         src.client
-            .poll(
-                &reader,
-                &src.stream,
-                &src.topic,
-                p,
-                from,
-                count,
-                &mut messages,
-            )
+            .poll(&reader, p, from, count, &mut messages)
             .await
             .map_err(|e| format!("reading the messages skipped in partition {p}: {e}"))?;
     }

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
-use iggy_binary_protocol::{WireConsumer, WireIdentifier};
 use tracing::warn;
 
 use crate::config::{Config, SinkConfig, SourceKind};
@@ -24,12 +23,10 @@ use crate::flow::{
 };
 pub use crate::flow::{Mode, RunnerStats};
 use crate::generate::Generator;
-use crate::iggy::{
-    Credentials, Endpoint, Finder, IggyClient, IggyError, PartitionState, ResultCode, wire_ident,
-};
+use crate::iggy::{Credentials, Endpoint, IggyError, IggySource, ResultCode, Target};
 use crate::message::{Batch, Message};
 use crate::metrics::{Command, Report, Reports};
-use crate::sink::{Ack, Acks, AnySink, Sink, SinkError};
+use crate::sink::{Ack, Acks, AnySink, Sink};
 
 /// Shared by the shard's runners: the control state, the memory budget, and the link to the
 /// control thread.
@@ -151,23 +148,6 @@ impl ShardState {
 /// How often a shard sends its statistics.
 pub const REPORT_INTERVAL: Duration = Duration::from_millis(250);
 
-struct IggySource {
-    endpoint: Endpoint,
-    /// The node to talk to: the server, or a cluster's leader.
-    finder: Finder,
-    creds: Credentials,
-    client: Option<IggyClient>,
-    stream: WireIdentifier,
-    topic: WireIdentifier,
-    consumer: WireConsumer,
-    group: Option<WireIdentifier>,
-    /// The partitions of the topic (explicit mode): checked at connect.
-    explicit: Vec<u32>,
-    /// The partitions' heads as last fetched (for `start = "latest"`), until the assignment
-    /// changes or the link drops.
-    heads: Option<Vec<PartitionState>>,
-}
-
 enum Source {
     Iggy(Box<IggySource>),
     Generate(Generator),
@@ -270,50 +250,25 @@ impl Runner {
                     },
                     _ => return Err(EngineError::config("iggy: no credentials")),
                 };
-                let (Some(stream), Some(topic)) = (&cfg.stream, &cfg.topic) else {
-                    return Err(EngineError::config(named(&"stream and topic")));
-                };
-                let bad = |key: &str, e: &dyn std::fmt::Display| {
-                    EngineError::config(named(&format_args!("{key}: {e}")))
-                };
-                let group = cfg
-                    .consumer_group
-                    .as_ref()
-                    .map(|g| WireIdentifier::named(g.clone()))
-                    .transpose()
-                    .map_err(|e| bad("consumer_group", &e))?;
-                let consumer = match &group {
-                    Some(g) => WireConsumer::consumer_group(g.clone()),
-                    None => WireConsumer::consumer(
-                        WireIdentifier::named(cfg.consumer_name().to_owned())
-                            .map_err(|e| bad("consumer", &e))?,
-                    ),
-                };
-                let ident = |i| wire_ident(i).map_err(|e| EngineError::new(e.class(), named(&e)));
+                let target = Target::of(&cfg).map_err(|e| EngineError::new(e.class, named(&e)))?;
                 let plan = IggyPlan {
                     explicit: partitions.iter().copied().map(PartitionId).collect(),
-                    group: group.is_some(),
+                    group: target.group.is_some(),
                     reconnect_min: iggy.reconnect_min.0,
                     reconnect_max: iggy.reconnect_max.0,
                     ping_interval: iggy.ping_interval.0,
                     sync_interval: cfg.group_sync_interval.0,
                 };
+                let (stream_name, topic_name) = (
+                    Rc::from(target.stream_name.as_str()),
+                    Rc::from(target.topic_name.as_str()),
+                );
+                let src = IggySource::new(&cfg, target, endpoint, creds, partitions);
                 (
-                    Source::Iggy(Box::new(IggySource {
-                        finder: Finder::new(endpoint.addresses.clone()),
-                        endpoint,
-                        creds,
-                        client: None,
-                        stream: ident(stream)?,
-                        topic: ident(topic)?,
-                        consumer,
-                        group,
-                        explicit: partitions,
-                        heads: None,
-                    })),
+                    Source::Iggy(Box::new(src)),
                     SourcePlan::Iggy(plan),
-                    Rc::from(stream.to_string().as_str()),
-                    Rc::from(topic.to_string().as_str()),
+                    stream_name,
+                    topic_name,
                 )
             }
         };
@@ -494,7 +449,7 @@ impl Runner {
         }
     }
 
-    fn sink_failure(&self, e: &SinkError) -> EngineError {
+    fn sink_failure(&self, e: &EngineError) -> EngineError {
         EngineError::new(e.class, format!("sink {:?}: {e}", self.cfg.name))
     }
 
@@ -502,31 +457,16 @@ impl Runner {
     /// the others naming the sink (and the server, while setting up).
     fn source_failure(&mut self, e: &IggyError, setting_up: bool) -> EngineError {
         let class = e.class();
+        let mut at = String::new();
         if let Source::Iggy(src) = &mut self.source {
-            src.client = None;
-            src.heads = None;
-            if matches!(
-                e,
-                IggyError::Evicted { .. }
-                    | IggyError::Status {
-                        code: ResultCode::RequestAlreadyApplied
-                    }
-            ) {
-                src.finder.forget_client();
+            src.disconnect(e);
+            if setting_up {
+                at = src.location();
             }
         }
         if class == ErrorClass::Transient {
             return EngineError::transient(e.to_string());
         }
-        let at = match (&self.source, setting_up) {
-            (Source::Iggy(src), true) => format!(
-                " (Iggy at {})",
-                src.finder
-                    .current()
-                    .map_or_else(|| src.endpoint.listed(), str::to_owned)
-            ),
-            _ => String::new(),
-        };
         EngineError::new(class, format!("sink {:?}: {e}{at}", self.cfg.name))
     }
 
@@ -538,70 +478,24 @@ impl Runner {
     // ------------------------------------------------------------------ source actions
 
     async fn connect(&mut self) {
-        match self.setup_connection().await {
+        let result = match &mut self.source {
+            Source::Iggy(src) => src.connect().await,
+            Source::Generate(_) => Ok(()),
+        };
+        match result {
             Ok(()) => self.flow.handle_connected(Instant::now()),
             Err(e) => self.fail_source(&e, true),
         }
-    }
-
-    /// Connects, then checks the stream, the topic and the explicit partitions.
-    async fn setup_connection(&mut self) -> Result<(), IggyError> {
-        let Source::Iggy(src) = &mut self.source else {
-            return Ok(());
-        };
-        let (stream_name, topic_name) = (&self.stream_name, &self.topic_name);
-        let mut client = src.finder.connect(&src.endpoint, &src.creds).await?;
-        if !client.stream_exists(&src.stream).await? {
-            return Err(IggyError::NotFound(format!(
-                "stream {stream_name} not found (key sink.stream of sink {:?})",
-                self.cfg.name
-            )));
-        }
-        let Some(heads) = client.topic(&src.stream, &src.topic).await? else {
-            return Err(IggyError::NotFound(format!(
-                "topic {topic_name} not found in stream {stream_name} (key sink.topic of sink {:?})",
-                self.cfg.name
-            )));
-        };
-        if src.group.is_none() {
-            for &p in &src.explicit {
-                if !heads.iter().any(|h| h.id == p) {
-                    let ids: Vec<String> = heads.iter().map(|h| h.id.to_string()).collect();
-                    return Err(IggyError::NotFound(format!(
-                        "partition {p} not found in {stream_name}/{topic_name} (it has partitions {}; key sink.partitions of sink {:?})",
-                        ids.join(", "),
-                        self.cfg.name
-                    )));
-                }
-            }
-        }
-        src.client = Some(client);
-        src.heads = Some(heads);
-        Ok(())
     }
 
     async fn join_group(&mut self) {
         let Source::Iggy(src) = &mut self.source else {
             return;
         };
-        let (Some(client), Some(group)) = (src.client.as_mut(), src.group.as_ref()) else {
-            return;
-        };
-        match client.join_group(&src.stream, &src.topic, group).await {
-            Ok(()) => self.flow.handle_joined(Instant::now()),
-            Err(IggyError::Status {
-                code: ResultCode::ConsumerGroupIdNotFound | ResultCode::ConsumerGroupNameNotFound,
-            }) => {
-                let e = IggyError::NotFound(format!(
-                    "consumer group {:?} not found in {}/{} (create it first; key sink.consumer_group of sink {:?})",
-                    self.cfg.consumer_group.as_deref().unwrap_or_default(),
-                    self.stream_name,
-                    self.topic_name,
-                    self.cfg.name
-                ));
-                self.fail_source(&e, true);
-            }
-            Err(e) => self.fail_source(&e, true),
+        match src.join().await {
+            None => {}
+            Some(Ok(())) => self.flow.handle_joined(Instant::now()),
+            Some(Err(e)) => self.fail_source(&e, true),
         }
     }
 
@@ -609,22 +503,19 @@ impl Runner {
         let Source::Iggy(src) = &mut self.source else {
             return;
         };
-        let (Some(client), Some(group)) = (src.client.as_mut(), src.group.as_ref()) else {
-            return;
-        };
-        match client.sync_group(&src.stream, &src.topic, group).await {
-            Ok(None) => self.flow.handle_not_member(Instant::now()),
-            Ok(Some((generation, assigned))) => {
+        match src.sync().await {
+            None => {}
+            Some(Ok(None)) => self.flow.handle_not_member(Instant::now()),
+            Some(Ok(Some((generation, assigned)))) => {
                 let ids: Vec<PartitionId> = assigned.into_iter().map(PartitionId).collect();
                 if self
                     .flow
                     .handle_assignment(Instant::now(), generation, &ids)
                 {
-                    // Partitions new to this member start from heads fetched after the change.
-                    src.heads = None;
+                    src.forget_heads();
                 }
             }
-            Err(e) => self.fail_source(&e, false),
+            Some(Err(e)) => self.fail_source(&e, false),
         }
     }
 
@@ -632,12 +523,10 @@ impl Runner {
         let Source::Iggy(src) = &mut self.source else {
             return;
         };
-        let Some(client) = src.client.as_mut() else {
-            return;
-        };
-        match client.ping().await {
-            Ok(()) => self.flow.handle_source_ok(Instant::now()),
-            Err(e) => self.fail_source(&e, false),
+        match src.ping().await {
+            None => {}
+            Some(Ok(())) => self.flow.handle_source_ok(Instant::now()),
+            Some(Err(e)) => self.fail_source(&e, false),
         }
     }
 
@@ -679,34 +568,11 @@ impl Runner {
         let Source::Iggy(src) = &mut self.source else {
             return Ok(Opened::default());
         };
-        let Some(client) = src.client.as_mut() else {
-            return Err(IggyError::Io(std::io::ErrorKind::NotConnected.into()));
-        };
-        let stored = client
-            .stored_offset(&src.consumer, &src.stream, &src.topic, partition.0)
-            .await?;
-        let mut head = None;
-        if need_head && stored.is_none() {
-            if src.heads.is_none() {
-                src.heads = Some(
-                    client
-                        .topic(&src.stream, &src.topic)
-                        .await?
-                        .unwrap_or_default(),
-                );
-            }
-            head = src
-                .heads
-                .iter()
-                .flatten()
-                .find(|h| h.id == partition.0)
-                .filter(|h| h.messages_count > 0)
-                .map(|h| Offset(h.current_offset));
-        }
+        let (stored, head) = src.open(partition.0, need_head).await?;
         Ok(Opened {
             stored: stored.map(Offset),
             sink_done: None,
-            head,
+            head: head.map(Offset),
         })
     }
 
@@ -718,37 +584,23 @@ impl Runner {
         let Source::Iggy(src) = &mut self.source else {
             return;
         };
-        let Some(client) = src.client.as_mut() else {
-            return;
-        };
         let cap = match self.shard.mode.get() {
             Mode::Run => None,
             Mode::Drain(deadline) => Some(deadline),
             Mode::Stop => Some(*self.stop_cap.get_or_insert(now + STOP_REQUEST)),
         };
-        client.cap_requests(cap);
+        src.cap_requests(cap);
     }
 
     async fn store(&mut self, slot: Slot, partition: PartitionId, offset: Offset) {
-        let result = match &mut self.source {
-            Source::Generate(_) => Ok(()),
-            Source::Iggy(src) => match src.client.as_mut() {
-                None => Err(IggyError::Io(std::io::ErrorKind::NotConnected.into())),
-                Some(client) => {
-                    client
-                        .store_offset(
-                            &src.consumer,
-                            &src.stream,
-                            &src.topic,
-                            partition.0,
-                            offset.0,
-                        )
-                        .await
-                }
-            },
+        let (result, group, clustered) = match &mut self.source {
+            Source::Generate(_) => (Ok(()), false, false),
+            Source::Iggy(src) => (
+                src.store(partition.0, offset.0).await,
+                src.in_group(),
+                src.clustered(),
+            ),
         };
-        let group = matches!(&self.source, Source::Iggy(src) if src.group.is_some());
-        let clustered = matches!(&self.source, Source::Iggy(src) if src.finder.roster().is_some());
         match result {
             Ok(()) => self.flow.handle_stored(Instant::now(), slot, offset),
             // A group member may not store offsets of a partition it no longer owns (the
@@ -785,21 +637,11 @@ impl Runner {
                 wait = g.poll(partition.0, offset.0, count, Instant::now(), &mut messages);
             }
             Source::Iggy(src) => {
-                let Some(client) = src.client.as_mut() else {
+                let Some(result) = src.poll(partition.0, offset.0, count, &mut messages).await
+                else {
                     self.scratch = messages;
                     return false;
                 };
-                let result = client
-                    .poll(
-                        &src.consumer,
-                        &src.stream,
-                        &src.topic,
-                        partition.0,
-                        offset.0,
-                        count,
-                        &mut messages,
-                    )
-                    .await;
                 match result {
                     Err(e) => {
                         self.scratch = messages;
@@ -846,10 +688,7 @@ impl Runner {
         let Source::Iggy(src) = &mut self.source else {
             return;
         };
-        let (Some(client), Some(group)) = (src.client.as_mut(), src.group.as_ref()) else {
-            return;
-        };
-        if let Err(e) = client.leave_group(&src.stream, &src.topic, group).await {
+        if let Some(Err(e)) = src.leave().await {
             warn!(sink = %self.cfg.name, "leaving the consumer group: {e}");
         }
     }

@@ -30,8 +30,8 @@ use iggy_binary_protocol::responses::system::ClusterMetadataResponse;
 use iggy_binary_protocol::responses::topics::GetTopicResponse;
 use iggy_binary_protocol::responses::users::LoginRegisterResponse;
 use iggy_binary_protocol::{
-    AckLevel, ClientVersionInfo, IGGY_PROTOCOL_VERSION, WireConsumer, WireDecode, WireEncode,
-    WireIdentifier, WireName, WirePollingStrategy,
+    AckLevel, ClientVersionInfo, IGGY_PROTOCOL_VERSION, WireDecode, WireEncode, WireIdentifier,
+    WireName, WirePollingStrategy,
 };
 use monoio::time::timeout;
 use secrecy::SecretString;
@@ -41,6 +41,7 @@ use super::conn::{Connection, Endpoint};
 use super::error::{IggyError, ResultCode};
 use super::poll::{self, Polled};
 use super::proto::Identity;
+use super::source::Target;
 use crate::config::{Ident, Secret};
 use crate::message::Message;
 
@@ -265,12 +266,9 @@ impl IggyClient {
 
     /// Polls up to `count` messages of `partition` from `offset`, without auto-commit. The
     /// messages are appended to `messages`.
-    #[allow(clippy::too_many_arguments)]
     pub async fn poll(
         &mut self,
-        consumer: &WireConsumer,
-        stream: &WireIdentifier,
-        topic: &WireIdentifier,
+        target: &Target,
         partition: u32,
         offset: u64,
         count: u32,
@@ -280,9 +278,9 @@ impl IggyClient {
             .call(
                 POLL_MESSAGES_CODE,
                 PollMessagesRequest {
-                    consumer: consumer.clone(),
-                    stream_id: stream.clone(),
-                    topic_id: topic.clone(),
+                    consumer: target.consumer.clone(),
+                    stream_id: target.stream.clone(),
+                    topic_id: target.topic.clone(),
                     partition_id: Some(partition),
                     strategy: WirePollingStrategy::offset(offset),
                     count,
@@ -316,22 +314,20 @@ impl IggyClient {
         })
     }
 
-    /// The stored offset of `consumer` for the partition (the last processed offset), or
+    /// The stored offset of `target`'s consumer for the partition (the last processed offset), or
     /// `None` when nothing is stored.
     pub async fn stored_offset(
         &mut self,
-        consumer: &WireConsumer,
-        stream: &WireIdentifier,
-        topic: &WireIdentifier,
+        target: &Target,
         partition: u32,
     ) -> Result<Option<u64>, IggyError> {
         let body = self
             .call(
                 GET_CONSUMER_OFFSET_CODE,
                 GetConsumerOffsetRequest {
-                    consumer: consumer.clone(),
-                    stream_id: stream.clone(),
-                    topic_id: topic.clone(),
+                    consumer: target.consumer.clone(),
+                    stream_id: target.stream.clone(),
+                    topic_id: target.topic.clone(),
                     partition_id: Some(partition),
                 },
             )
@@ -344,21 +340,19 @@ impl IggyClient {
         Ok(Some(reply.stored_offset))
     }
 
-    /// Stores `offset` (the last processed offset) for `consumer`.
+    /// Stores `offset` (the last processed offset) for `target`'s consumer.
     pub async fn store_offset(
         &mut self,
-        consumer: &WireConsumer,
-        stream: &WireIdentifier,
-        topic: &WireIdentifier,
+        target: &Target,
         partition: u32,
         offset: u64,
     ) -> Result<(), IggyError> {
         self.call(
             STORE_CONSUMER_OFFSET_CODE,
             StoreConsumerOffsetRequest {
-                consumer: consumer.clone(),
-                stream_id: stream.clone(),
-                topic_id: topic.clone(),
+                consumer: target.consumer.clone(),
+                stream_id: target.stream.clone(),
+                topic_id: target.topic.clone(),
                 partition_id: Some(partition),
                 offset,
                 ack: AckLevel::default(),
@@ -368,22 +362,20 @@ impl IggyClient {
         .map(|_| ())
     }
 
-    /// Deletes the stored offset of `consumer` for the partition (the next poll from the
+    /// Deletes the stored offset of `target`'s consumer for the partition (the next poll from the
     /// stored offset starts at the beginning); nothing stored is not an error.
     pub async fn delete_offset(
         &mut self,
-        consumer: &WireConsumer,
-        stream: &WireIdentifier,
-        topic: &WireIdentifier,
+        target: &Target,
         partition: u32,
     ) -> Result<(), IggyError> {
         let reply = self
             .call(
                 DELETE_CONSUMER_OFFSET_CODE,
                 DeleteConsumerOffsetRequest {
-                    consumer: consumer.clone(),
-                    stream_id: stream.clone(),
-                    topic_id: topic.clone(),
+                    consumer: target.consumer.clone(),
+                    stream_id: target.stream.clone(),
+                    topic_id: target.topic.clone(),
                     partition_id: Some(partition),
                     ack: AckLevel::default(),
                 },

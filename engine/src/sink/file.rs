@@ -18,8 +18,9 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use super::{Acks, Sink, SinkError};
+use super::{Acks, Sink};
 use crate::config::{ConfirmOrder, FileSinkConfig, SinkConfig, SinkType};
+use crate::error::EngineError;
 use crate::json;
 use crate::message::Batch;
 use crate::template::name::Place;
@@ -51,7 +52,7 @@ impl std::fmt::Debug for FileSink {
 
 impl FileSink {
     /// The sink for shard `shard`.
-    pub fn new(config: &SinkConfig, shard: usize, acks: Acks) -> Result<FileSink, SinkError> {
+    pub fn new(config: &SinkConfig, shard: usize, acks: Acks) -> Result<FileSink, EngineError> {
         let cfg = config.file.clone().unwrap_or_default();
         let path = match (config.kind, &cfg.path) {
             (SinkType::Stdout, _) => None,
@@ -62,7 +63,7 @@ impl FileSink {
                 conn: 0,
             })),
             (_, None) => {
-                return Err(SinkError::config(format!(
+                return Err(EngineError::config(format!(
                     "sink {:?}: file.path is missing",
                     config.name
                 )));
@@ -103,7 +104,7 @@ fn write_out(
     path: Option<&PathBuf>,
     fsync: bool,
     buf: &[u8],
-) -> Result<(), SinkError> {
+) -> Result<(), EngineError> {
     let result = match &mut *out.borrow_mut() {
         Some(Output::File(f)) => f
             .write_all(buf)
@@ -115,12 +116,12 @@ fn write_out(
     };
     result.map_err(|e| {
         let shown = path.map_or_else(|| "standard output".to_owned(), |p| p.display().to_string());
-        SinkError::permanent(format!("writing to {shown}: {e}"))
+        EngineError::permanent(format!("writing to {shown}: {e}"))
     })
 }
 
 impl Sink for FileSink {
-    async fn start(&mut self) -> Result<(), SinkError> {
+    async fn start(&mut self) -> Result<(), EngineError> {
         let out = match &self.path {
             None => Output::Stdout,
             Some(p) => Output::File(
@@ -128,14 +129,14 @@ impl Sink for FileSink {
                     .create(true)
                     .append(true)
                     .open(p)
-                    .map_err(|e| SinkError::permanent(format!("opening {}: {e}", p.display())))?,
+                    .map_err(|e| EngineError::permanent(format!("opening {}: {e}", p.display())))?,
             ),
         };
         *self.out.borrow_mut() = Some(out);
         Ok(())
     }
 
-    async fn deliver(&mut self, batch: Batch) -> Result<(), SinkError> {
+    async fn deliver(&mut self, batch: Batch) -> Result<(), EngineError> {
         let (Some(first), Some(last)) = (batch.messages.first(), batch.messages.last()) else {
             return Ok(());
         };
@@ -187,7 +188,7 @@ impl Sink for FileSink {
         Ok(())
     }
 
-    async fn tick(&mut self) -> Result<(), SinkError> {
+    async fn tick(&mut self) -> Result<(), EngineError> {
         Ok(())
     }
 
@@ -195,7 +196,7 @@ impl Sink for FileSink {
         Duration::from_secs(1)
     }
 
-    async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError> {
+    async fn drain(&mut self, deadline: Instant) -> Result<(), EngineError> {
         while self.pending.get() > 0 && Instant::now() < deadline {
             monoio::time::sleep(Duration::from_millis(5)).await;
         }

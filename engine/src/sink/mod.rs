@@ -26,7 +26,7 @@ pub use mqtt::MqttSink;
 pub use s3::S3Sink;
 
 use crate::config::{SinkConfig, SinkType};
-use crate::error::ErrorClass;
+use crate::error::EngineError;
 use crate::message::Batch;
 
 /// What happened to offsets `first..=last` of a partition.
@@ -233,57 +233,21 @@ impl Future for AcksReady<'_> {
     }
 }
 
-/// A sink problem that stops the sink, with its class: the engine's exit status comes from it
-/// (a configuration the destination cannot work with: 2; anything else: 1).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SinkError {
-    /// What kind of failure.
-    pub class: ErrorClass,
-    /// What happened.
-    pub message: String,
-}
-
-impl SinkError {
-    /// A failure retrying cannot mend (a refused login, a store refusing our credentials).
-    pub fn permanent(message: impl Into<String>) -> SinkError {
-        SinkError {
-            class: ErrorClass::Permanent,
-            message: message.into(),
-        }
-    }
-
-    /// A configuration the sink cannot be built or run with.
-    pub fn config(message: impl Into<String>) -> SinkError {
-        SinkError {
-            class: ErrorClass::Config,
-            message: message.into(),
-        }
-    }
-}
-
-impl std::fmt::Display for SinkError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for SinkError {}
-
 /// What every sink implements. Shard-local: futures need not be `Send`.
 #[allow(async_fn_in_trait)]
 pub trait Sink {
     /// Checks the destination before anything is polled (connects, probes).
-    async fn start(&mut self) -> Result<(), SinkError>;
+    async fn start(&mut self) -> Result<(), EngineError>;
     /// Takes a batch; the outcome of each offset comes later through the sink's [`Acks`].
-    async fn deliver(&mut self, batch: Batch) -> Result<(), SinkError>;
+    async fn deliver(&mut self, batch: Batch) -> Result<(), EngineError>;
     /// Time-driven work (flushes, rotation); called about every [`Sink::tick_interval`].
-    async fn tick(&mut self) -> Result<(), SinkError>;
+    async fn tick(&mut self) -> Result<(), EngineError>;
     /// How often [`Sink::tick`] wants to run.
     fn tick_interval(&self) -> Duration {
         Duration::from_millis(100)
     }
     /// Stops taking messages and finishes (and reports) what it holds, until `deadline`.
-    async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError>;
+    async fn drain(&mut self, deadline: Instant) -> Result<(), EngineError>;
     /// Partition `slot` is no longer this sink's (consumer-group rebalance): forget what is
     /// held for it without reporting.
     fn release(&mut self, slot: usize);
@@ -300,14 +264,14 @@ pub trait Sink {
         _stream: &str,
         _topic: &str,
         _partition: u32,
-    ) -> Result<Option<u64>, SinkError> {
+    ) -> Result<Option<u64>, EngineError> {
         Ok(None)
     }
     /// The objects the sink is writing now, by slot (S3), for the operator's `/status`.
     fn open_objects(&self, _out: &mut Vec<(usize, OpenObject)>) {}
     /// The operator asked a paused sink to flush: finish what it holds (an S3 sink completes
     /// its open objects) and report it, then go on taking messages once resumed.
-    async fn flush(&mut self) -> Result<(), SinkError> {
+    async fn flush(&mut self) -> Result<(), EngineError> {
         Ok(())
     }
     /// Whether the sink confirms late and in bulk (an S3 object confirms all its messages
@@ -377,7 +341,7 @@ pub fn build(
     shard: usize,
     lead: bool,
     acks: Acks,
-) -> Result<AnySink, SinkError> {
+) -> Result<AnySink, EngineError> {
     match config.kind {
         SinkType::File | SinkType::Stdout => Ok(AnySink::File(FileSink::new(config, shard, acks)?)),
         SinkType::Mqtt => Ok(AnySink::Mqtt(MqttSink::new(config, shard, acks)?)),
@@ -388,21 +352,21 @@ pub fn build(
 }
 
 impl Sink for AnySink {
-    async fn start(&mut self) -> Result<(), SinkError> {
+    async fn start(&mut self) -> Result<(), EngineError> {
         match self {
             AnySink::File(s) => s.start().await,
             AnySink::Mqtt(s) => s.start().await,
             AnySink::S3(s) => s.start().await,
         }
     }
-    async fn deliver(&mut self, batch: Batch) -> Result<(), SinkError> {
+    async fn deliver(&mut self, batch: Batch) -> Result<(), EngineError> {
         match self {
             AnySink::File(s) => s.deliver(batch).await,
             AnySink::Mqtt(s) => s.deliver(batch).await,
             AnySink::S3(s) => s.deliver(batch).await,
         }
     }
-    async fn tick(&mut self) -> Result<(), SinkError> {
+    async fn tick(&mut self) -> Result<(), EngineError> {
         match self {
             AnySink::File(s) => s.tick().await,
             AnySink::Mqtt(s) => s.tick().await,
@@ -416,7 +380,7 @@ impl Sink for AnySink {
             AnySink::S3(s) => s.tick_interval(),
         }
     }
-    async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError> {
+    async fn drain(&mut self, deadline: Instant) -> Result<(), EngineError> {
         match self {
             AnySink::File(s) => s.drain(deadline).await,
             AnySink::Mqtt(s) => s.drain(deadline).await,
@@ -442,7 +406,7 @@ impl Sink for AnySink {
         stream: &str,
         topic: &str,
         partition: u32,
-    ) -> Result<Option<u64>, SinkError> {
+    ) -> Result<Option<u64>, EngineError> {
         match self {
             AnySink::File(s) => s.resume(stream, topic, partition).await,
             AnySink::Mqtt(s) => s.resume(stream, topic, partition).await,
@@ -454,7 +418,7 @@ impl Sink for AnySink {
             s.open_objects(out);
         }
     }
-    async fn flush(&mut self) -> Result<(), SinkError> {
+    async fn flush(&mut self) -> Result<(), EngineError> {
         match self {
             AnySink::S3(s) => s.flush().await,
             _ => Ok(()),

@@ -33,6 +33,7 @@ use tracing::{info, warn};
 
 use super::shape::{Kept, Shaper};
 use crate::config::{ErrorPolicy, MqttSinkConfig, MqttVersion};
+use crate::error::{EngineError, ErrorClass};
 use crate::sink::Acks;
 use crate::template::name::Place;
 use crate::template::topic::topic_name;
@@ -94,7 +95,7 @@ pub struct Ctx {
         Vec<rustls::pki_types::ServerName<'static>>,
     )>,
     /// A failure that stops the sink.
-    pub fatal: RefCell<Option<String>>,
+    pub fatal: RefCell<Option<EngineError>>,
     /// The per-message lines of dead letters (a few a second, then a count).
     pub dead_letter_log: RefCell<crate::ratelog::RateLimit>,
 }
@@ -109,10 +110,10 @@ impl std::fmt::Debug for Ctx {
 }
 
 impl Ctx {
-    fn set_fatal(&self, msg: String) {
+    fn set_fatal(&self, e: EngineError) {
         let mut f = self.fatal.borrow_mut();
         if f.is_none() {
-            *f = Some(msg);
+            *f = Some(e);
         }
     }
 
@@ -357,22 +358,6 @@ impl Run {
     }
 }
 
-/// Why a connection attempt failed.
-struct ConnectError {
-    /// A retry will not help (refused credentials, TLS): the sink stops.
-    fatal: bool,
-    message: String,
-}
-
-impl ConnectError {
-    fn retry(message: String) -> Self {
-        ConnectError {
-            fatal: false,
-            message,
-        }
-    }
-}
-
 /// CONNACK codes worth retrying: the broker is unavailable, busy or rate-limiting for now.
 fn transient_refusal(protocol: Protocol, code: ReasonCode) -> bool {
     match protocol {
@@ -434,7 +419,7 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
         // has no size limit this one breaks).
         let suspect = match (&result, head) {
             (Err(e), Some((slot, offset, false, size, true)))
-                if !e.fatal
+                if e.is_transient()
                     && was_up
                     && lasted < HEALTHY_CONNECTION
                     && link.largest_accepted.get() > 0
@@ -471,9 +456,9 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
                 first = false;
                 continue;
             }
-            Err(e) if e.fatal => {
+            Err(e) if !e.is_transient() => {
                 // The engine logs it once, as the reason it stops.
-                ctx.set_fatal(e.message);
+                ctx.set_fatal(e);
                 break;
             }
             Err(e) => {
@@ -557,46 +542,42 @@ async fn connection(
     link: &Rc<Link>,
     clean: bool,
     clear_first: bool,
-) -> Result<Closed, ConnectError> {
+) -> Result<Closed, EngineError> {
     let cfg = &ctx.cfg;
     let address = link.address(cfg);
     let tcp = spillway_net::connect_address(address, cfg.connect_timeout.0)
         .await
-        .map_err(|e| ConnectError::retry(e.to_string()))?;
+        .map_err(|e| EngineError::transient(e.to_string()))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&tcp);
     match &ctx.tls {
         None => session(ctx, link, fd, tcp, clean, clear_first).await,
         Some((config, names)) => {
             use spillway_net::tls::HandshakeError;
             let Some(name) = names.get(link.at.get() % names.len().max(1)) else {
-                return Err(ConnectError {
-                    fatal: true,
-                    message: format!("MQTT broker {address}: no TLS server name"),
-                });
+                return Err(EngineError::permanent(format!(
+                    "MQTT broker {address}: no TLS server name"
+                )));
             };
             let tls =
                 spillway_net::tls::handshake(config, name.clone(), tcp, cfg.connect_timeout.0)
                     .await
                     .map_err(|e| match e {
                         HandshakeError::TimedOut => {
-                            ConnectError::retry("the TLS handshake timed out".to_owned())
+                            EngineError::transient("the TLS handshake timed out")
                         }
                         HandshakeError::Io(e) => {
-                            ConnectError::retry(format!("TLS handshake with {address}: {e}"))
+                            EngineError::transient(format!("TLS handshake with {address}: {e}"))
                         }
-                        HandshakeError::Tls(tls) => ConnectError {
-                            fatal: true,
-                            message: format!(
-                                "MQTT broker {address}: TLS handshake with {address}: {tls}"
-                            ),
-                        },
+                        HandshakeError::Tls(tls) => EngineError::permanent(format!(
+                            "MQTT broker {address}: TLS handshake with {address}: {tls}"
+                        )),
                     })?;
             session(ctx, link, fd, tls, clean, clear_first).await
         }
     }
 }
 
-fn connect_packet(ctx: &Ctx, link: &Link, clean: bool) -> Result<Connect, ConnectError> {
+fn connect_packet(ctx: &Ctx, link: &Link, clean: bool) -> Result<Connect, EngineError> {
     let cfg = &ctx.cfg;
     let protocol = link.session.borrow().protocol();
     let place = Place {
@@ -604,10 +585,7 @@ fn connect_packet(ctx: &Ctx, link: &Link, clean: bool) -> Result<Connect, Connec
         shard: ctx.shard,
         conn: link.index,
     };
-    let bad = |what: &str, e: String| ConnectError {
-        fatal: true,
-        message: format!("{what}: {e}"),
-    };
+    let bad = |what: &str, e: String| EngineError::permanent(format!("{what}: {e}"));
     let id = cfg.client_id.render(place);
     if protocol == Protocol::V311 && !link.tried.get() && !portable_v311_id(&id) {
         warn!(
@@ -667,14 +645,12 @@ fn place<'a>(ctx: &'a Ctx, link: &Link) -> Place<'a> {
 /// After CONNACK: the birth message goes first in the queue (ahead of new messages; what the
 /// session re-sends goes out before it). A birth still queued from a connection that ended
 /// before writing it is dropped: one per connection.
-fn queue_birth(ctx: &Ctx, link: &Link) -> Result<(), ConnectError> {
+fn queue_birth(ctx: &Ctx, link: &Link) -> Result<(), EngineError> {
     let Some(b) = &ctx.cfg.birth else {
         return Ok(());
     };
-    let topic = topic_name(b.topic.render(place(ctx, link))).map_err(|e| ConnectError {
-        fatal: true,
-        message: format!("mqtt.birth.topic: {e}"),
-    })?;
+    let topic = topic_name(b.topic.render(place(ctx, link)))
+        .map_err(|e| EngineError::permanent(format!("mqtt.birth.topic: {e}")))?;
     let mut publish = Publish::new(topic, Bytes::copy_from_slice(b.payload.as_bytes()));
     publish.qos = QoS::from_u8(b.qos).unwrap_or(QoS::AtMostOnce);
     publish.retain = b.retain;
@@ -739,23 +715,20 @@ async fn session<S>(
     mut stream: S,
     clean: bool,
     clear_first: bool,
-) -> Result<Closed, ConnectError>
+) -> Result<Closed, EngineError>
 where
     S: AsyncReadRent + AsyncWriteRent + Split + 'static,
 {
     let cfg = &ctx.cfg;
     let connect = connect_packet(ctx, link, clean || clear_first)?;
-    let io_err = |what: &str, e: io::Error| ConnectError::retry(format!("{what}: {e}"));
+    let io_err = |what: &str, e: io::Error| EngineError::transient(format!("{what}: {e}"));
     {
         let mut out = link.out.borrow_mut();
         out.clear();
         link.session
             .borrow_mut()
             .connect(&connect, &mut out, Instant::now())
-            .map_err(|e| ConnectError {
-                fatal: true,
-                message: format!("CONNECT: {e}"),
-            })?;
+            .map_err(|e| EngineError::permanent(format!("CONNECT: {e}")))?;
     }
     let limit = cfg.connect_timeout.0;
     let mut chunks: Option<IoVecs> = None;
@@ -780,7 +753,7 @@ where
                         resent,
                     })) => break (session_present, resent),
                     Ok(Some(Event::Disconnected(d))) => {
-                        return Err(ConnectError::retry(format!(
+                        return Err(EngineError::transient(format!(
                             "the broker sent DISCONNECT instead of CONNACK: {} ({:#04x})",
                             d.reason.name(),
                             d.reason.0
@@ -797,33 +770,33 @@ where
                             code,
                             reason_string,
                         };
-                        return Err(ConnectError {
-                            fatal: !transient_refusal(protocol, code),
-                            message: format!("MQTT broker {}: {e}", link.address(cfg)),
-                        });
+                        let class = if transient_refusal(protocol, code) {
+                            ErrorClass::Transient
+                        } else {
+                            ErrorClass::Permanent
+                        };
+                        let message = format!("MQTT broker {}: {e}", link.address(cfg));
+                        return Err(EngineError::new(class, message));
                     }
-                    Err(e) => return Err(ConnectError::retry(e.to_string())),
+                    Err(e) => return Err(EngineError::transient(e.to_string())),
                 }
             }
             Ok(Decoded::Incomplete { .. }) => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 timeout(left, read_more(&mut stream, &mut buf))
                     .await
-                    .map_err(|_| ConnectError::retry("no CONNACK within connect_timeout".into()))?
+                    .map_err(|_| EngineError::transient("no CONNACK within connect_timeout"))?
                     .map_err(|e| match spillway_net::tls::rustls_cause(&e) {
                         // TLS 1.3 delivers a refused client certificate as an alert after
                         // the handshake: a retry will not fix it.
-                        Some(tls) => ConnectError {
-                            fatal: true,
-                            message: format!(
-                                "MQTT broker {}: TLS: {tls} (waiting for CONNACK)",
-                                link.address(cfg)
-                            ),
-                        },
+                        Some(tls) => EngineError::permanent(format!(
+                            "MQTT broker {}: TLS: {tls} (waiting for CONNACK)",
+                            link.address(cfg)
+                        )),
                         None => io_err("waiting for CONNACK", e),
                     })?;
             }
-            Err(e) => return Err(ConnectError::retry(inbound_error(&e))),
+            Err(e) => return Err(EngineError::transient(inbound_error(&e))),
         }
     };
     refuse_unsendable(cfg, link)?;
@@ -867,7 +840,7 @@ where
     match result {
         // The broker closing the socket after our DISCONNECT (or racing it) ends a drain.
         Err(_) if link.closing.get() && link.idle() => Ok(Closed::Drained),
-        r => r.map_err(ConnectError::retry),
+        r => r.map_err(EngineError::transient),
     }
 }
 
@@ -1040,7 +1013,7 @@ const MIN_ACK_BYTES: usize = 4;
 /// configuration problem, stopped at CONNACK like a refused CONNECT: sent anyway, each message
 /// would be rejected on its own and, under `on_error = "skip"`, committed undelivered. A limit
 /// only some messages break (a QoS or retain header) goes to `on_error` per message.
-fn refuse_unsendable(cfg: &MqttSinkConfig, link: &Link) -> Result<(), ConnectError> {
+fn refuse_unsendable(cfg: &MqttSinkConfig, link: &Link) -> Result<(), EngineError> {
     let (maximum_qos, retain_available, maximum_packet) = {
         let s = link.session.borrow();
         (
@@ -1049,12 +1022,11 @@ fn refuse_unsendable(cfg: &MqttSinkConfig, link: &Link) -> Result<(), ConnectErr
             s.broker_maximum_packet_size(),
         )
     };
-    let refuse = |why: String| ConnectError {
-        fatal: true,
-        message: format!(
+    let refuse = |why: String| {
+        EngineError::permanent(format!(
             "MQTT broker {}: {why}; no message of this sink could be delivered",
             link.address(cfg)
-        ),
+        ))
     };
     if cfg.qos_header.is_none() && cfg.qos > maximum_qos as u8 {
         return Err(refuse(format!(

@@ -22,8 +22,9 @@ use tracing::{info, warn};
 
 use self::conn::{Ctx, Item, Link, Token};
 use self::shape::{Kept, Shaper};
-use super::{Acks, Sink, SinkError, SinkStatus};
+use super::{Acks, Sink, SinkStatus};
 use crate::config::{ErrorPolicy, SinkConfig};
+use crate::error::EngineError;
 use crate::message::Batch;
 
 /// See the module docs.
@@ -47,8 +48,8 @@ impl std::fmt::Debug for MqttSink {
 
 impl MqttSink {
     /// The sink of `config` on shard `shard`.
-    pub fn new(config: &SinkConfig, shard: usize, acks: Acks) -> Result<MqttSink, SinkError> {
-        let err = |e: String| SinkError::config(format!("sink {:?}: {e}", config.name));
+    pub fn new(config: &SinkConfig, shard: usize, acks: Acks) -> Result<MqttSink, EngineError> {
+        let err = |e: String| EngineError::config(format!("sink {:?}: {e}", config.name));
         let cfg = config
             .mqtt
             .clone()
@@ -121,9 +122,9 @@ impl MqttSink {
         })
     }
 
-    fn check(&self) -> Result<(), SinkError> {
+    fn check(&self) -> Result<(), EngineError> {
         match &*self.ctx.fatal.borrow() {
-            Some(e) => Err(SinkError::permanent(e.clone())),
+            Some(e) => Err(e.clone()),
             None => Ok(()),
         }
     }
@@ -152,7 +153,7 @@ impl Drop for MqttSink {
 }
 
 impl Sink for MqttSink {
-    async fn start(&mut self) -> Result<(), SinkError> {
+    async fn start(&mut self) -> Result<(), EngineError> {
         if !self.started {
             self.started = true;
             for link in &self.links {
@@ -178,7 +179,7 @@ impl Sink for MqttSink {
         Ok(())
     }
 
-    async fn deliver(&mut self, batch: Batch) -> Result<(), SinkError> {
+    async fn deliver(&mut self, batch: Batch) -> Result<(), EngineError> {
         self.check()?;
         let p = Rc::clone(&batch.partition);
         let link = &self.links[p.slot % self.links.len()];
@@ -216,11 +217,11 @@ impl Sink for MqttSink {
         Ok(())
     }
 
-    async fn tick(&mut self) -> Result<(), SinkError> {
+    async fn tick(&mut self) -> Result<(), EngineError> {
         self.check()
     }
 
-    async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError> {
+    async fn drain(&mut self, deadline: Instant) -> Result<(), EngineError> {
         if let Some(n) = self
             .ctx
             .dead_letter_log

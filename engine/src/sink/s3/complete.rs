@@ -14,7 +14,8 @@ use tracing::{debug, warn};
 
 use super::ledger::Claim;
 use super::marker::{Marker, Refused, parse_marker};
-use super::{Completion, Failure, Finisher, TaskEvent};
+use super::{Completion, Finisher, TaskEvent, s3_failure};
+use crate::error::EngineError;
 use crate::units::Rounded;
 
 /// A closed object handed to its completion task.
@@ -35,7 +36,7 @@ pub(super) enum MarkerError {
     /// Another member owns the partition now.
     Fenced(String),
     /// The write failed (and may be tried again).
-    Failed(Failure),
+    Failed(EngineError),
 }
 
 impl Finisher {
@@ -49,7 +50,7 @@ impl Finisher {
         epoch: u64,
         partition: u32,
         count: u64,
-        error: &Failure,
+        error: &EngineError,
     ) {
         let from = shared.ledger.borrow_mut().reset();
         self.events
@@ -66,18 +67,18 @@ impl Finisher {
         partition: u32,
         first: u64,
         count: u64,
-        error: &Failure,
+        error: &EngineError,
     ) {
         self.failures.set(self.failures.get() + 1);
         self.failing.set(true);
         self.acks.trouble(format!(
             "S3 upload of partition {partition} from offset {first}: {}",
-            error.text
+            error.message
         ));
-        if error.permanent {
+        if !error.is_transient() {
             self.events.borrow_mut().push(TaskEvent::Fatal(format!(
                 "S3 refused an upload for good, so the sink stops (nothing past offset {first} of partition {partition} is committed): {}",
-                error.text
+                error.message
             )));
             return;
         }
@@ -90,7 +91,7 @@ impl Finisher {
             first_offset = first,
             "S3 upload failed, its {count} messages stay unconfirmed and the partition is written again from offset {first} in about {}: {}",
             Rounded(wait),
-            error.text
+            error.message
         );
         // A released writer's partition is not this slot's any more.
         if !shared.retired.get() {
@@ -154,7 +155,7 @@ impl Finisher {
                 }
                 Err(spillway_s3::Error::S3(e)) if self.fencing && e.is_precondition_failed() => e,
                 Err(e) => {
-                    return Err(MarkerError::Failed(Failure::s3(
+                    return Err(MarkerError::Failed(s3_failure(
                         format_args!("writing the marker {key}"),
                         &e,
                     )));
@@ -188,7 +189,7 @@ impl Finisher {
                 }
             }
         }
-        Err(MarkerError::Failed(Failure::passing(format!(
+        Err(MarkerError::Failed(EngineError::transient(format!(
             "the marker {key} kept changing under this member's writes"
         ))))
     }
@@ -224,7 +225,7 @@ impl Finisher {
     pub(super) async fn read_marker(
         &self,
         key: &str,
-    ) -> Result<Option<(Marker, Option<String>)>, Failure> {
+    ) -> Result<Option<(Marker, Option<String>)>, EngineError> {
         let req = spillway_s3::actions::get_object::request(
             self.client.endpoint(),
             &self.bucket,
@@ -232,24 +233,23 @@ impl Finisher {
             None,
             &self.small,
         )
-        .map_err(|e| Failure::s3(format_args!("marker {key}"), &e))?;
+        .map_err(|e| s3_failure(format_args!("marker {key}"), &e))?;
         match self
             .client
             .execute(req, spillway_s3::actions::get_object::parse)
             .await
         {
             Ok(out) => {
-                let marker = parse_marker(&out.body).map_err(|e| Failure {
-                    text: format!(
+                let marker = parse_marker(&out.body).map_err(|e| {
+                    EngineError::permanent(format!(
                         "the marker {key} is damaged ({e}); delete it to start from Iggy's \
                          stored offset"
-                    ),
-                    permanent: true,
+                    ))
                 })?;
                 Ok(Some((marker, out.etag)))
             }
             Err(spillway_s3::Error::S3(e)) if e.status == 404 => Ok(None),
-            Err(e) => Err(Failure::s3(format_args!("reading the marker {key}"), &e)),
+            Err(e) => Err(s3_failure(format_args!("reading the marker {key}"), &e)),
         }
     }
 }
@@ -309,7 +309,7 @@ pub(super) async fn complete(
             debug!(sink = %f.sink, key = %job.claim.key, first = job.claim.first, last = job.claim.last, "object complete already (If-None-Match refused)");
             Ok(0)
         }
-        Err(e) => Err(Failure::s3("completing the object", &e)),
+        Err(e) => Err(s3_failure("completing the object", &e)),
     };
     let result = match completed {
         Ok(size) => {
@@ -331,7 +331,7 @@ pub(super) async fn complete(
                 // says they are complete; the next marker write moves it. Without fencing
                 // the object is written again.
                 Err(MarkerError::Failed(e)) if f.fencing => {
-                    warn!(sink = %f.sink, partition = job.partition, "the marker could not be moved past the complete object {} ({}); its claim stays in the marker until the next write", job.claim.key, e.text);
+                    warn!(sink = %f.sink, partition = job.partition, "the marker could not be moved past the complete object {} ({}); its claim stays in the marker until the next write", job.claim.key, e.message);
                     Ok(size)
                 }
                 written => written.map(|()| size),
@@ -409,9 +409,9 @@ pub(super) async fn dead_letter(
         {
             Ok(_) => Ok(()),
             Err(spillway_s3::Error::S3(e)) if f.fencing && e.is_precondition_failed() => Ok(()),
-            Err(e) => Err(Failure::s3(format_args!("dead letter {}", letter.key), &e)),
+            Err(e) => Err(s3_failure(format_args!("dead letter {}", letter.key), &e)),
         },
-        Err(e) => Err(Failure::s3(format_args!("dead letter {}", letter.key), &e)),
+        Err(e) => Err(s3_failure(format_args!("dead letter {}", letter.key), &e)),
     };
     match put {
         Ok(()) => {

@@ -2,6 +2,7 @@
 //! retries.
 
 use super::*;
+use crate::error::ErrorClass;
 
 /// Logs the attempts the S3 client retries: a store too slow for its deadline by name (a WARN,
 /// at most one in 10 s, with how many more), the rest at debug level (the object's own failure,
@@ -35,31 +36,15 @@ pub(super) fn retry_logger(sink: &str) -> spillway_s3::client::RetryObserver {
     })
 }
 
-/// Why an object (or a dead letter) failed, and whether trying it again can help.
-#[derive(Debug, Clone)]
-pub(super) struct Failure {
-    pub(super) text: String,
-    /// No retry can mend it (access denied, a bucket gone or moved, a limit the object
-    /// breaks): the sink stops, naming it.
-    pub(super) permanent: bool,
-}
-
-impl Failure {
-    /// A failure that may pass.
-    pub(super) fn passing(text: impl Into<String>) -> Failure {
-        Failure {
-            text: text.into(),
-            permanent: false,
-        }
-    }
-
-    /// An S3 client error while doing `what`, classified by [`permanent`].
-    pub(super) fn s3(what: impl std::fmt::Display, e: &spillway_s3::Error) -> Failure {
-        Failure {
-            text: format!("{what}: {e}"),
-            permanent: permanent(e),
-        }
-    }
+/// An S3 client error while doing `what`, as the engine's error: permanent when no retry can
+/// mend it (see [`permanent`]; the sink stops, naming it), transient otherwise.
+pub(super) fn s3_failure(what: impl std::fmt::Display, e: &spillway_s3::Error) -> EngineError {
+    let class = if permanent(e) {
+        ErrorClass::Permanent
+    } else {
+        ErrorClass::Transient
+    };
+    EngineError::new(class, format!("{what}: {e}"))
 }
 
 /// Whether writing the object again cannot succeed: an S3 error that is not retryable (after

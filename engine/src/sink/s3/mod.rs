@@ -49,7 +49,7 @@ use spillway_s3::upload::{Gauge, ObjectWriter, UploadConfig};
 use tracing::{debug, info, warn};
 
 use self::complete::{Job, Letter, abort_detached, complete, dead_letter};
-use self::failure::{Failure, retry_logger};
+use self::failure::{retry_logger, s3_failure};
 use self::format::{Encoder, FormatOptions};
 use self::janitor::process_start;
 use self::keys::{ascii, object_values};
@@ -58,11 +58,12 @@ use self::marker::{Fence, Marker, marker_key};
 use self::objects::{LaneState, OpenState, Rules};
 pub use self::rewind::MarkerState;
 use self::writer::{Completion, Finisher, Open, PartWriter, TaskEvent, TaskEvents};
-use super::{Acks, Sink, SinkError, SinkStatus};
+use super::{Acks, Sink, SinkStatus};
 use crate::config::{
     AclKind, ChecksumKind, ConditionalWrites, CredentialSource, ErrorPolicy, OnShutdown,
     S3SinkConfig, SinkConfig, SseKind,
 };
+use crate::error::EngineError;
 use crate::message::{Batch, Message, PartitionInfo};
 use crate::template::key::{self, KeyInput, ValueTemplate};
 
@@ -205,7 +206,7 @@ impl S3Sink {
                     let lane = match self.lane(self.values.clone()) {
                         Ok(lane) => lane,
                         Err(e) => {
-                            self.fail(slot, Failure::passing(e));
+                            self.fail(slot, EngineError::transient(e));
                             return false;
                         }
                     };
@@ -324,7 +325,7 @@ impl S3Sink {
 }
 
 impl Sink for S3Sink {
-    async fn start(&mut self) -> Result<(), SinkError> {
+    async fn start(&mut self) -> Result<(), EngineError> {
         self.probe().await?;
         info!(sink = %self.name, bucket = %self.cfg.bucket, "S3 bucket reachable");
         self.probe_conditional_writes().await?;
@@ -337,11 +338,11 @@ impl Sink for S3Sink {
         stream: &str,
         topic: &str,
         partition: u32,
-    ) -> Result<Option<u64>, SinkError> {
+    ) -> Result<Option<u64>, EngineError> {
         self.take_over(stream, topic, partition).await
     }
 
-    async fn deliver(&mut self, batch: Batch) -> Result<(), SinkError> {
+    async fn deliver(&mut self, batch: Batch) -> Result<(), EngineError> {
         self.check_fatal()?;
         let info = Rc::clone(&batch.partition);
         let slot = info.slot;
@@ -382,7 +383,7 @@ impl Sink for S3Sink {
         Ok(())
     }
 
-    async fn tick(&mut self) -> Result<(), SinkError> {
+    async fn tick(&mut self) -> Result<(), EngineError> {
         self.check_fatal()?;
         let now = Instant::now();
         let due: Vec<(usize, usize)> = self
@@ -418,7 +419,7 @@ impl Sink for S3Sink {
         }
     }
 
-    async fn drain(&mut self, deadline: Instant) -> Result<(), SinkError> {
+    async fn drain(&mut self, deadline: Instant) -> Result<(), EngineError> {
         if let Some(n) = self.dead_letter_log.borrow_mut().due(Instant::now(), true) {
             warn!(
                 sink = %self.name,
@@ -498,7 +499,7 @@ impl Sink for S3Sink {
         }
     }
 
-    async fn flush(&mut self) -> Result<(), SinkError> {
+    async fn flush(&mut self) -> Result<(), EngineError> {
         self.check_fatal()?;
         for slot in 0..self.parts.len() {
             let lanes = self.parts[slot].as_ref().map_or(0, |w| w.lanes.len());

@@ -9,8 +9,8 @@ use spillway_s3::options::{Condition, ObjectOptions};
 use tracing::{debug, info, warn};
 
 use super::marker::{Fence, marker_key};
-use super::{Failure, S3Sink};
-use crate::sink::SinkError;
+use super::{S3Sink, s3_failure};
+use crate::error::EngineError;
 use crate::template::key;
 use crate::units::{Backoff, Rounded};
 
@@ -25,22 +25,22 @@ impl S3Sink {
         stream: &str,
         topic: &str,
         partition: u32,
-    ) -> Result<Option<u64>, SinkError> {
+    ) -> Result<Option<u64>, EngineError> {
         let key = marker_key(&self.cfg.prefix, &self.name, stream, topic, partition);
         let began = Instant::now();
         let mut refusals = 0u32;
         let mut backoff = Backoff::new(self.cfg.retry_min.0, self.cfg.retry_max.0);
         // A store that fails for now is waited for (the engine stops this while stopping);
         // one that refuses for good stops the sink.
-        let mut transient = async |e: Failure| -> Result<(), SinkError> {
-            if e.permanent {
-                return Err(SinkError::permanent(format!(
+        let mut transient = async |e: EngineError| -> Result<(), EngineError> {
+            if !e.is_transient() {
+                return Err(EngineError::permanent(format!(
                     "taking partition {partition} over: {}",
-                    e.text
+                    e.message
                 )));
             }
             let wait = backoff.next_wait(fastrand::f64());
-            warn!(sink = %self.name, partition, "taking partition {partition} over failed, trying again in {}: {}", Rounded(wait), e.text);
+            warn!(sink = %self.name, partition, "taking partition {partition} over failed, trying again in {}: {}", Rounded(wait), e.message);
             monoio::time::sleep(wait).await;
             Ok(())
         };
@@ -69,7 +69,7 @@ impl S3Sink {
                         // Another member wrote it between the read and this write.
                         refusals += 1;
                         if refusals >= 8 {
-                            return Err(SinkError::permanent(format!(
+                            return Err(EngineError::permanent(format!(
                                 "taking partition {partition} over: its marker {key} changed \
                                  under {refusals} tries in a row"
                             )));
@@ -81,8 +81,7 @@ impl S3Sink {
                         continue;
                     }
                     Err(e) => {
-                        transient(Failure::s3(format_args!("writing its marker {key}"), &e))
-                            .await?;
+                        transient(s3_failure(format_args!("writing its marker {key}"), &e)).await?;
                         continue;
                     }
                 }
@@ -118,7 +117,7 @@ impl S3Sink {
     /// shard): whether the store honours `If-None-Match: *` and `If-Match` on PutObject, on a
     /// probe key under the sink's marker prefix (deleted after). A store that refuses or
     /// ignores them is a configuration error naming `s3.conditional_writes`.
-    pub(super) async fn probe_conditional_writes(&self) -> Result<(), SinkError> {
+    pub(super) async fn probe_conditional_writes(&self) -> Result<(), EngineError> {
         use spillway_s3::actions::{delete_object, put_object};
         if !self.finisher.fencing || !self.lead {
             return Ok(());
@@ -145,7 +144,7 @@ impl S3Sink {
             }
         };
         let refuse = |what: String| {
-            SinkError::config(format!(
+            EngineError::config(format!(
                 "sink {:?}: the S3 store at {} does not honour conditional writes: {what}. \
                  Spillway writes each object once (If-None-Match) and its markers over the \
                  version it wrote (If-Match), so that a member that lost a partition cannot \
@@ -169,7 +168,7 @@ impl S3Sink {
                         answered(&first)
                     ))
                 }
-                _ => SinkError::permanent(format!(
+                _ => EngineError::permanent(format!(
                     "sink {:?}: probing conditional writes ({key}): {e}",
                     self.name
                 )),

@@ -8,7 +8,7 @@
 
 use super::S3Sink;
 use super::marker::{Marker, marker_key, owner_id};
-use crate::sink::SinkError;
+use crate::error::EngineError;
 
 /// A partition's marker, as `spillway offsets show` prints it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,13 +32,13 @@ impl S3Sink {
         stream: &str,
         topic: &str,
         partition: u32,
-    ) -> Result<(String, Option<(Marker, Option<String>)>), SinkError> {
+    ) -> Result<(String, Option<(Marker, Option<String>)>), EngineError> {
         let key = marker_key(&self.cfg.prefix, &self.name, stream, topic, partition);
         let found = self
             .finisher
             .read_marker(&key)
             .await
-            .map_err(|e| SinkError::permanent(e.text))?;
+            .map_err(|e| EngineError::permanent(e.message))?;
         Ok((key, found))
     }
 
@@ -48,7 +48,7 @@ impl S3Sink {
         stream: &str,
         topic: &str,
         partition: u32,
-    ) -> Result<Option<MarkerState>, SinkError> {
+    ) -> Result<Option<MarkerState>, EngineError> {
         let (key, found) = self.read_partition_marker(stream, topic, partition).await?;
         Ok(found.map(|(m, _)| MarkerState {
             key,
@@ -69,7 +69,7 @@ impl S3Sink {
         topic: &str,
         partition: u32,
         next: u64,
-    ) -> Result<Option<MarkerState>, SinkError> {
+    ) -> Result<Option<MarkerState>, EngineError> {
         let (key, found) = self.read_partition_marker(stream, topic, partition).await?;
         let (old, etag) = match found {
             Some(f) => f,
@@ -93,11 +93,11 @@ impl S3Sink {
                 claims: new.claims.len(),
             })),
             Err(spillway_s3::Error::S3(e)) if e.is_precondition_failed() => {
-                Err(SinkError::permanent(format!(
+                Err(EngineError::permanent(format!(
                     "the marker {key} changed while it was being set (is an engine running this sink?); nothing was changed there, run the command again"
                 )))
             }
-            Err(e) => Err(SinkError::permanent(format!(
+            Err(e) => Err(EngineError::permanent(format!(
                 "writing the marker {key}: {e}"
             ))),
         }

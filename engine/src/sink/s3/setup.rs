@@ -40,9 +40,9 @@ impl S3Sink {
         shard: usize,
         lead: bool,
         acks: Acks,
-    ) -> Result<S3Sink, SinkError> {
+    ) -> Result<S3Sink, EngineError> {
         process_start();
-        let err = |e: String| SinkError::config(format!("sink {:?}: {e}", config.name));
+        let err = |e: String| EngineError::config(format!("sink {:?}: {e}", config.name));
         let cfg = config
             .s3
             .clone()
@@ -205,13 +205,13 @@ impl S3Sink {
     /// HeadBucket with the sink's endpoint, credentials and TLS: a missing bucket, wrong
     /// credentials or a wrong region is found before anything is polled (`spillway check
     /// --connect` runs it alone). What was seen, or the problem.
-    pub async fn probe(&self) -> Result<String, SinkError> {
+    pub async fn probe(&self) -> Result<String, EngineError> {
         if let Some(chain) = &self.chain {
             // The first set of credentials from the chain (resolved on its own thread).
             let deadline = Instant::now() + self.cfg.request_timeout.0;
             while !self.client.has_credentials() {
                 if Instant::now() >= deadline {
-                    return Err(SinkError::permanent(format!(
+                    return Err(EngineError::permanent(format!(
                         "S3 bucket {:?}: no credentials within s3.request_timeout ({}): {}",
                         self.cfg.bucket,
                         self.cfg.request_timeout,
@@ -225,12 +225,12 @@ impl S3Sink {
         }
         let req =
             spillway_s3::actions::head_bucket::request(self.client.endpoint(), &self.cfg.bucket)
-                .map_err(|e| SinkError::permanent(format!("s3: {e}")))?;
+                .map_err(|e| EngineError::permanent(format!("s3: {e}")))?;
         self.client
             .execute(req, spillway_s3::actions::head_bucket::parse)
             .await
             .map_err(|e| {
-                SinkError::permanent(format!(
+                EngineError::permanent(format!(
                     "S3 bucket {:?} at {}: {e}",
                     self.cfg.bucket,
                     self.client.endpoint().authority()

@@ -6,10 +6,10 @@ use super::*;
 impl S3Sink {
     /// Takes the task events (see [`S3Sink::absorb`]); then the failure no retry can mend,
     /// once: the sink stops with it.
-    pub(super) fn check_fatal(&mut self) -> Result<(), SinkError> {
+    pub(super) fn check_fatal(&mut self) -> Result<(), EngineError> {
         self.absorb(None);
         match self.fatal.take() {
-            Some(e) => Err(SinkError::permanent(format!("sink {:?}: {e}", self.name))),
+            Some(e) => Err(EngineError::permanent(format!("sink {:?}: {e}", self.name))),
             None => Ok(()),
         }
     }
@@ -99,7 +99,7 @@ impl S3Sink {
         slot: usize,
         lane: usize,
         all: bool,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), EngineError> {
         let part_size = self.cfg.part_size.0;
         let needs_upload = {
             let Some(l) = self.parts[slot]
@@ -126,10 +126,9 @@ impl S3Sink {
                 .map(|o| o.last_offset);
             // The key was tried when the object opened (`probe_key`): a failure now is a bug
             // no retry mends.
-            let key = self.key_of(slot, lane, last).map_err(|e| Failure {
-                text: format!("S3 key: {e}"),
-                permanent: true,
-            })?;
+            let key = self
+                .key_of(slot, lane, last)
+                .map_err(|e| EngineError::permanent(format!("S3 key: {e}")))?;
             let mut options = self.upload.clone();
             if let Some(w) = self.parts[slot].as_ref()
                 && let Some(l) = w.lanes.get(lane)
@@ -161,16 +160,14 @@ impl S3Sink {
                     split: self.splits.then_some(l.split.as_slice()),
                 };
                 // Tried when the object opened (`probe_key`), as the key was.
-                let (metadata, tags) = object_values(&self.cfg, &input).map_err(|e| Failure {
-                    text: e,
-                    permanent: true,
-                })?;
+                let (metadata, tags) =
+                    object_values(&self.cfg, &input).map_err(EngineError::permanent)?;
                 options.options.metadata.extend(metadata);
                 options.options.tags = tags;
             }
             let writer =
                 ObjectWriter::new(Rc::clone(&self.client), &self.cfg.bucket, &key, &options)
-                    .map_err(|e| Failure::s3(format_args!("object {key}"), &e))?;
+                    .map_err(|e| s3_failure(format_args!("object {key}"), &e))?;
             if let Some(open) = self.parts[slot].as_mut().and_then(|w| w.open_mut(lane)) {
                 open.upload = Some(writer);
                 open.key = Some(key);
@@ -199,7 +196,7 @@ impl S3Sink {
             upload
                 .append(chunk)
                 .await
-                .map_err(|e| Failure::s3("uploading a part", &e))?;
+                .map_err(|e| s3_failure("uploading a part", &e))?;
         }
         Ok(())
     }
@@ -238,7 +235,10 @@ impl S3Sink {
         }
         if let Some(e) = l.encoder.error().map(str::to_owned) {
             // An incomplete object must not be completed.
-            self.fail(slot, Failure::passing(format!("encoding the object: {e}")));
+            self.fail(
+                slot,
+                EngineError::transient(format!("encoding the object: {e}")),
+            );
             return false;
         }
         if let Err(e) = self.push_pending(slot, lane, true).await {
@@ -295,7 +295,7 @@ impl S3Sink {
     /// An object failed in the writer: every open object of the partition is aborted,
     /// nothing is written until the objects closed before settle, then the partition is
     /// polled again from its watermark after a backoff (see [`Finisher::failed`]).
-    pub(super) fn fail(&mut self, slot: usize, error: Failure) {
+    pub(super) fn fail(&mut self, slot: usize, error: EngineError) {
         let Some(w) = self.parts.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };

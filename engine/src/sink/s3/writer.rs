@@ -140,13 +140,13 @@ impl S3Sink {
     pub(super) fn writer(
         &mut self,
         info: &Rc<PartitionInfo>,
-    ) -> Result<&mut PartWriter, SinkError> {
+    ) -> Result<&mut PartWriter, EngineError> {
         let slot = info.slot;
         if self.parts.len() <= slot {
             self.parts.resize_with(slot + 1, || None);
         }
         if self.parts[slot].is_none() {
-            let lane = self.lane(Vec::new()).map_err(SinkError::config)?;
+            let lane = self.lane(Vec::new()).map_err(EngineError::config)?;
             let mut ledger = Ledger::default();
             // What the marker this member took the partition over with says is complete
             // past its watermark, and which ranges are claimed.
@@ -191,7 +191,7 @@ impl S3Sink {
         }
         self.parts[slot]
             .as_mut()
-            .ok_or_else(|| SinkError::permanent("partition writer missing".to_owned()))
+            .ok_or_else(|| EngineError::permanent("partition writer missing".to_owned()))
     }
 
     /// A lane for objects of `split`.
