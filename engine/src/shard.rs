@@ -3,11 +3,11 @@
 //! here. It talks to the control thread only through two bounded lock-free queues: commands
 //! down, reports up.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 use tracing::info;
@@ -15,9 +15,10 @@ use tracing::info;
 use crate::config::Config;
 use crate::coremap::ShardPlan;
 use crate::error::{EngineError, ErrorClass};
+use crate::flow::{Budget, Mode, RunnerStats};
 use crate::iggy::Endpoint;
 use crate::metrics::{Command, Report, Reports};
-use crate::runner::{Runner, ShardState};
+use crate::runner::Runner;
 
 /// The control thread's handle on a shard.
 #[derive(Debug)]
@@ -151,3 +152,123 @@ async fn shard_main(
         monoio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Shared by the shard's runners: the control state, the memory budget, and the link to the
+/// control thread.
+pub struct ShardState {
+    /// Shard number.
+    pub index: usize,
+    /// Current mode.
+    pub mode: Cell<Mode>,
+    /// The memory budget the shard's runners share (`runtime.shard_memory_budget`).
+    pub budget: Rc<Budget>,
+    /// Commands from the control thread.
+    pub commands: Arc<ArrayQueue<Command>>,
+    /// Reports to the control thread.
+    pub reports: Arc<Reports>,
+    /// The statistics of each runner, by sink index.
+    pub stats: RefCell<Vec<(usize, Rc<RefCell<RunnerStats>>)>>,
+    /// The operator's pauses, by sink index: paused, and how many flushes were asked for.
+    pauses: RefCell<Vec<(bool, u64)>>,
+    next_report: Cell<Instant>,
+    report_seq: Cell<u64>,
+}
+
+impl std::fmt::Debug for ShardState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardState")
+            .field("index", &self.index)
+            .field("mode", &self.mode.get())
+            .finish()
+    }
+}
+
+impl ShardState {
+    /// A shard's state, running.
+    pub fn new(
+        index: usize,
+        budget: u64,
+        commands: Arc<ArrayQueue<Command>>,
+        reports: Arc<Reports>,
+    ) -> ShardState {
+        ShardState {
+            index,
+            mode: Cell::new(Mode::Run),
+            budget: Budget::new(budget),
+            commands,
+            reports,
+            stats: RefCell::new(Vec::new()),
+            pauses: RefCell::new(Vec::new()),
+            next_report: Cell::new(Instant::now()),
+            report_seq: Cell::new(0),
+        }
+    }
+
+    /// Takes the control thread's commands and sends statistics when due. Runners call this
+    /// every turn (a busy runner never lets the runtime park, and monoio fires timers only when
+    /// it parks), and the shard's own task calls it on a timer when the runners are idle.
+    pub fn service(&self, force_report: bool) {
+        while let Some(cmd) = self.commands.pop() {
+            match cmd {
+                Command::Drain { deadline } => {
+                    if self.mode.get() == Mode::Run {
+                        self.mode.set(Mode::Drain(deadline));
+                    }
+                }
+                Command::Stop => self.mode.set(Mode::Stop),
+                Command::Pause { sink, flush } => {
+                    let mut pauses = self.pauses.borrow_mut();
+                    if pauses.len() <= sink {
+                        pauses.resize(sink + 1, (false, 0));
+                    }
+                    pauses[sink].0 = true;
+                    pauses[sink].1 += u64::from(flush);
+                }
+                Command::Resume { sink } => {
+                    if let Some(p) = self.pauses.borrow_mut().get_mut(sink) {
+                        p.0 = false;
+                    }
+                }
+            }
+        }
+        let now = Instant::now();
+        if force_report || now >= self.next_report.get() {
+            self.next_report.set(now + REPORT_INTERVAL);
+            let wall = std::time::SystemTime::now();
+            let sinks = self
+                .stats
+                .borrow()
+                .iter()
+                .map(|(sink, st)| st.borrow_mut().report(*sink, now, wall))
+                .collect();
+            let seq = self.report_seq.get() + 1;
+            self.report_seq.set(seq);
+            let report = Report::Stats {
+                shard: self.index,
+                seq,
+                sinks,
+            };
+            if force_report {
+                self.reports.deliver(report);
+            } else {
+                // Counters are cumulative: a report lost to a full queue is made good by the
+                // next one (only that interval's latency samples are lost).
+                self.reports.offer(report);
+            }
+        }
+    }
+}
+
+impl ShardState {
+    /// The operator's pause of sink `sink`: paused, and how many flushes were asked for.
+    pub fn pause_of(&self, sink: usize) -> (bool, u64) {
+        self.pauses
+            .borrow()
+            .get(sink)
+            .copied()
+            .unwrap_or((false, 0))
+    }
+}
+
+/// How often a shard sends its statistics.
+pub const REPORT_INTERVAL: Duration = Duration::from_millis(250);
