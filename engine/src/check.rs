@@ -211,7 +211,7 @@ async fn iggy_sink(client: &mut IggyClient, sink: &SinkConfig) -> Result<String,
 }
 
 async fn s3(sink: &SinkConfig) -> Result<String, String> {
-    let s3 = crate::sink::s3::S3Sink::new(sink, 0, false, crate::sink::Acks::new())
+    let s3 = crate::sink::s3::S3Sink::new(sink, 0, false, crate::acks::Acks::new())
         .map_err(|e| e.message)?;
     s3.probe().await.map_err(|e| e.message)
 }

@@ -503,12 +503,12 @@ impl RecordWriter {
     /// the partition of the last call.
     fn partition_fields(&mut self, p: &PartitionInfo) -> &[u8] {
         let same = self.of.as_ref().is_some_and(|(stream, topic, partition)| {
-            *partition == p.partition && **stream == *p.stream && **topic == *p.topic
+            *partition == p.partition.0 && **stream == *p.stream && **topic == *p.topic
         });
         if !same {
             self.partition.clear();
             partition_fields(&mut self.partition, p);
-            self.of = Some((p.stream.clone(), p.topic.clone(), p.partition));
+            self.of = Some((p.stream.clone(), p.topic.clone(), p.partition.0));
         }
         &self.partition
     }
@@ -521,7 +521,7 @@ fn partition_fields(out: &mut impl BufMut, p: &PartitionInfo) {
     out.put_slice(b",\"topic\":");
     string(out, p.topic.as_bytes());
     out.put_slice(b",\"partition\":");
-    decimal(out, u128::from(p.partition));
+    decimal(out, u128::from(p.partition.0));
     out.put_u8(b',');
 }
 
@@ -594,13 +594,14 @@ pub fn decimal(out: &mut impl BufMut, n: u128) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::ids::{PartitionId, Slot};
 
     fn part(stream: &str, partition: u32) -> PartitionInfo {
         PartitionInfo {
-            slot: 0,
+            slot: Slot(0),
             stream: Rc::from(stream),
             topic: Rc::from("t\"x"),
-            partition,
+            partition: PartitionId(partition),
         }
     }
 

@@ -10,6 +10,7 @@
 //! reaches only through bounded lock-free queues.
 
 pub mod ack;
+pub mod acks;
 pub mod check;
 pub mod config;
 pub mod control;
@@ -18,6 +19,7 @@ pub mod credentials;
 pub mod error;
 pub mod flow;
 pub mod generate;
+pub mod ids;
 pub mod iggy;
 pub mod json;
 pub mod message;

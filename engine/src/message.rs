@@ -5,17 +5,19 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
+use crate::ids::{PartitionId, Slot};
+
 /// A partition of one sink on one shard. `slot` is the index sinks use to report outcomes.
 #[derive(Debug)]
 pub struct PartitionInfo {
     /// The runner's index for this partition (stable while the partition is owned).
-    pub slot: usize,
+    pub slot: Slot,
     /// Stream name (or id, as text).
     pub stream: Rc<str>,
     /// Topic name (or id, as text).
     pub topic: Rc<str>,
     /// Partition id.
-    pub partition: u32,
+    pub partition: PartitionId,
 }
 
 /// One message. Its `Debug` shows the metadata and the sizes, never the payload or headers.

@@ -13,10 +13,11 @@ use tracing::info;
 
 use iggy_binary_protocol::{WireConsumer, WireIdentifier};
 
+use crate::acks::Acks;
 use crate::config::{Config, SinkConfig, SinkType, SourceKind, StartFrom};
 use crate::iggy::{IggyClient, PartitionState, Target as IggyTarget};
 use crate::message::Message;
-use crate::sink::{Acks, S3Sink};
+use crate::sink::S3Sink;
 
 /// Where to move a partition, as `--to` says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

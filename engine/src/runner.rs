@@ -13,18 +13,18 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
+use crate::acks::{Ack, Acks};
 use crate::config::{Config, SinkConfig, SourceKind};
 use crate::coremap::SinkWork;
 pub use crate::error::{EngineError, ErrorClass};
-use crate::flow::{
-    Action, Flow, FlowConfig, IggyPlan, Offset, Opened, Pacing, PartitionId, Slot, SourcePlan,
-};
+use crate::flow::{Action, Flow, FlowConfig, IggyPlan, Opened, Pacing, SourcePlan};
 pub use crate::flow::{Mode, RunnerStats};
 use crate::generate::Generator;
+use crate::ids::{Offset, PartitionId, Slot};
 use crate::iggy::{Credentials, Endpoint, IggyError, IggySource, ResultCode, Target};
 use crate::message::{Batch, Message};
 use crate::shard::{REPORT_INTERVAL, ShardState};
-use crate::sink::{Ack, Acks, AnySink, Sink};
+use crate::sink::{AnySink, Sink};
 
 enum Source {
     Iggy(Box<IggySource>),
@@ -50,7 +50,7 @@ pub struct Runner {
     flushes: u64,
     /// When the sink's open objects are next copied into the statistics.
     next_objects: Instant,
-    objects: Vec<(usize, crate::sink::OpenObject)>,
+    objects: Vec<(Slot, crate::sink::OpenObject)>,
 }
 
 /// How long a request to the source may take once the shard was told to stop (the control
@@ -251,7 +251,7 @@ impl Runner {
                         YieldNow(false).await;
                     }
                 }
-                Action::Release(slot) => self.sink.release(slot.0),
+                Action::Release(slot) => self.sink.release(slot),
                 Action::TickSink => {
                     if let Some(Err(e)) = unless_stopped(&shard, self.sink.tick()).await {
                         let e = self.sink_failure(&e);
@@ -305,7 +305,7 @@ impl Runner {
                 g.objects.extend(
                     self.objects
                         .iter()
-                        .filter(|(s, _)| *s == slot)
+                        .filter(|(s, _)| s.0 == slot)
                         .map(|(_, o)| *o),
                 );
             }
@@ -418,7 +418,7 @@ impl Runner {
         let resumed = unless_stopped(
             &shard,
             self.sink
-                .resume(&self.stream_name, &self.topic_name, partition.0),
+                .resume(&self.stream_name, &self.topic_name, partition),
         )
         .await;
         match resumed {
@@ -426,7 +426,7 @@ impl Runner {
             None => {}
             Some(Ok(done)) => {
                 let found = Opened {
-                    sink_done: done.map(Offset),
+                    sink_done: done,
                     ..found
                 };
                 self.flow.handle_opened(Instant::now(), partition, found);

@@ -28,7 +28,6 @@
 
 mod action;
 mod config;
-mod ids;
 mod link;
 mod parts;
 mod stats;
@@ -45,19 +44,19 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
+use crate::ids::{Offset, PartitionId, Slot};
 pub use action::{Action, Opened};
 pub use config::{Budget, FlowConfig, IggyPlan, Pacing, SourcePlan};
-pub use ids::{Offset, PartitionId, ShardId, Slot};
 pub use stats::{RunnerStats, SinkState, SourceState};
 
 use link::{Link, LinkState};
 use parts::Part;
 
+use crate::acks::{Ack, Outcome};
 use crate::config::{ErrorPolicy, StartFrom};
 use crate::error::{EngineError, ErrorClass};
 use crate::message::{Message, PartitionInfo};
 use crate::ratelog::RateLimit;
-use crate::sink::{Ack, Outcome};
 use crate::units::Backoff;
 
 /// What the shard's control task tells its runners.
@@ -279,7 +278,7 @@ impl Flow {
     pub fn handle_sink_event(&mut self, now: Instant, ack: Ack) {
         let t = self.now_us(now);
         let windowed = self.cfg.pacing == Pacing::Windows;
-        let slot = Slot(ack.slot);
+        let slot = ack.slot;
         let policy = self.cfg.on_error;
         let finishing = matches!(self.phase, Phase::Finishing { .. } | Phase::Done);
         let mut fatal = None;
@@ -292,7 +291,7 @@ impl Flow {
             match ack.outcome {
                 Outcome::Confirmed => {
                     let latency = &mut stats.latency;
-                    let done = part.tracker.confirm(ack.first, ack.last, t, |us| {
+                    let done = part.tracker.confirm(ack.first.0, ack.last.0, t, |us| {
                         latency.saturating_record(us.max(1));
                     });
                     stats.counters.confirmed += done.messages;
@@ -309,12 +308,12 @@ impl Flow {
                             if self.skip_log.admit(now) {
                                 warn!(
                                     sink = %self.cfg.name,
-                                    partition = part.info.partition,
-                                    offset = ack.first,
+                                    partition = part.info.partition.0,
+                                    offset = ack.first.0,
                                     "skipping a message the sink rejected: {reason}"
                                 );
                             }
-                            let done = part.tracker.confirm(ack.first, ack.last, t, |_| {});
+                            let done = part.tracker.confirm(ack.first.0, ack.last.0, t, |_| {});
                             stats.counters.skipped += done.messages;
                             part.since_store += done.messages;
                             if windowed {
@@ -331,7 +330,7 @@ impl Flow {
                 }
                 Outcome::Redeliver { not_before } => {
                     let before = part.tracker.unconfirmed_bytes();
-                    let dropped = part.tracker.redeliver(ack.first);
+                    let dropped = part.tracker.redeliver(ack.first.0);
                     stats.counters.redelivered += dropped;
                     if windowed {
                         self.budget
@@ -570,7 +569,7 @@ impl Flow {
     }
 
     /// The sink's own figures, for the metrics.
-    pub fn handle_sink_status(&mut self, status: crate::sink::SinkStatus) {
+    pub fn handle_sink_status(&mut self, status: crate::acks::SinkStatus) {
         let mut stats = self.stats.borrow_mut();
         stats.sink_failing = status.failing;
         stats.counters.sink_reconnects = status.reconnects;
@@ -840,7 +839,7 @@ impl Flow {
             if due {
                 self.link.last_request = now;
                 return Some(Action::Store {
-                    slot: Slot(part.info.slot),
+                    slot: part.info.slot,
                     partition: part.id,
                     offset: Offset(mark),
                 });

@@ -34,7 +34,7 @@ pub(super) struct Part {
     pub(super) owned: bool,
     /// The offset the source ends at (exclusive), for a bounded local source.
     pub(super) end: Option<Offset>,
-    /// The sink gave the partition up ([`crate::sink::Outcome::Reopen`]): nothing of it is
+    /// The sink gave the partition up ([`crate::acks::Outcome::Reopen`]): nothing of it is
     /// polled any more; from this time on it leaves and, still owned, is opened anew.
     pub(super) reopen: Option<Instant>,
     /// The offset whose store the group refused: the partition had been taken away. It is
@@ -85,10 +85,10 @@ impl Flow {
             .position(Option::is_none)
             .unwrap_or(self.parts.len());
         let info = Rc::new(PartitionInfo {
-            slot,
+            slot: Slot(slot),
             stream: Rc::clone(&self.cfg.stream),
             topic: Rc::clone(&self.cfg.topic),
-            partition: partition.0,
+            partition,
         });
         let part = Part {
             info,

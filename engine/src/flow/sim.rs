@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use super::tests::{config, iggy, message};
 use super::*;
-use crate::sink::{Ack, Outcome};
+use crate::acks::{Ack, Outcome};
 
 const PARTITIONS: u32 = 3;
 
@@ -184,9 +184,9 @@ impl World {
                 .bool()
                 .then(|| self.now + Duration::from_millis(self.rng.u64(0..50)));
             self.sink.events.push_back(Ack {
-                slot: slot.0,
-                first: offset,
-                last: u64::MAX,
+                slot,
+                first: Offset(offset),
+                last: Offset(u64::MAX),
                 outcome: Outcome::Redeliver { not_before },
             });
         } else if roll == 3 && self.faults > 0 && self.rng.bool() {
@@ -202,9 +202,9 @@ impl World {
                 .then(|| self.now + Duration::from_millis(self.rng.u64(0..50)));
             self.log(|| format!("sink gives partition {} up", p.0));
             self.sink.events.push_back(Ack {
-                slot: slot.0,
-                first: 0,
-                last: u64::MAX,
+                slot,
+                first: Offset(0),
+                last: Offset(u64::MAX),
                 outcome: Outcome::Reopen { not_before },
             });
         } else if self.faults > 0
@@ -218,9 +218,9 @@ impl World {
                 self.done.entry(p).or_default().insert(offset);
             }
             self.sink.events.push_back(Ack {
-                slot: slot.0,
-                first: offset,
-                last: offset,
+                slot,
+                first: Offset(offset),
+                last: Offset(offset),
                 outcome: Outcome::Failed("rejected".to_owned()),
             });
         } else {
@@ -248,9 +248,9 @@ impl World {
                 }
             }
             self.sink.events.push_back(Ack {
-                slot: slot.0,
-                first: offset,
-                last,
+                slot,
+                first: Offset(offset),
+                last: Offset(last),
                 outcome: Outcome::Confirmed,
             });
         }
@@ -317,12 +317,12 @@ impl World {
     fn sink_event(&mut self, ack: Ack) {
         let partition = (1..=PARTITIONS)
             .map(PartitionId)
-            .find(|&p| self.flow.slot(p) == Some(Slot(ack.slot)));
+            .find(|&p| self.flow.slot(p) == Some(ack.slot));
         if let Some(p) = partition {
             match &ack.outcome {
                 Outcome::Redeliver { .. } => {
                     if let Some(d) = self.delivered.get_mut(&p) {
-                        d.retain(|&o| o < ack.first);
+                        d.retain(|&o| o < ack.first.0);
                     }
                 }
                 Outcome::Reopen { .. } => {

@@ -84,7 +84,7 @@ pub struct RunnerStats {
     pub state: SinkState,
     /// Where its link to the source is.
     pub source: SourceState,
-    /// The sink cannot reach its destination right now (see [`crate::sink::SinkStatus`]).
+    /// The sink cannot reach its destination right now (see [`crate::acks::SinkStatus`]).
     pub sink_failing: bool,
     /// The newest error (source or sink, transient ones included) and when it came.
     pub last_error: Option<(Instant, String)>,

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::*;
+use crate::acks::{Ack, Outcome};
 use crate::error::ErrorClass;
-use crate::sink::{Ack, Outcome};
 
 pub(super) fn config(source: SourcePlan) -> FlowConfig {
     FlowConfig {
@@ -58,9 +58,9 @@ fn ms(t0: Instant, n: u64) -> Instant {
 
 fn confirm(slot: Slot, first: u64, last: u64) -> Ack {
     Ack {
-        slot: slot.0,
-        first,
-        last,
+        slot,
+        first: Offset(first),
+        last: Offset(last),
         outcome: Outcome::Confirmed,
     }
 }
@@ -298,9 +298,9 @@ fn a_redelivery_rewinds_its_partition_only_and_a_stale_batch_is_dropped() {
     flow.handle_sink_event(
         later,
         Ack {
-            slot: s1.0,
-            first: 7,
-            last: u64::MAX,
+            slot: s1,
+            first: Offset(7),
+            last: Offset(u64::MAX),
             outcome: Outcome::Redeliver {
                 not_before: Some(ms(t0, 50)),
             },
@@ -550,9 +550,9 @@ fn a_partition_the_sink_gives_up_is_released_then_opened_anew_from_what_the_sour
     flow.handle_sink_event(
         t0,
         Ack {
-            slot: slot.0,
-            first: 0,
-            last: u64::MAX,
+            slot,
+            first: Offset(0),
+            last: Offset(u64::MAX),
             outcome: Outcome::Reopen {
                 not_before: Some(ms(t0, 50)),
             },
@@ -641,9 +641,9 @@ fn a_partition_the_sink_gives_up_after_the_group_took_it_away_is_only_released()
     flow.handle_sink_event(
         t1,
         Ack {
-            slot: slot.0,
-            first: 0,
-            last: u64::MAX,
+            slot,
+            first: Offset(0),
+            last: Offset(u64::MAX),
             outcome: Outcome::Reopen { not_before: None },
         },
     );
@@ -666,9 +666,9 @@ fn a_local_source_whose_sink_gives_a_partition_up_ends_the_run_with_the_reason()
     flow.handle_sink_event(
         t0,
         Ack {
-            slot: slot.0,
-            first: 0,
-            last: u64::MAX,
+            slot,
+            first: Offset(0),
+            last: Offset(u64::MAX),
             outcome: Outcome::Reopen { not_before: None },
         },
     );
@@ -746,9 +746,9 @@ fn a_rejected_message_under_fail_stores_what_is_before_it_and_stops() {
     flow.handle_sink_event(
         t0,
         Ack {
-            slot: slot.0,
-            first: 4,
-            last: 4,
+            slot,
+            first: Offset(4),
+            last: Offset(4),
             outcome: Outcome::Failed("topic too long".to_owned()),
         },
     );
@@ -783,9 +783,9 @@ fn skipped_messages_count_as_done_and_the_watermark_passes_them() {
     flow.handle_sink_event(
         t0,
         Ack {
-            slot: slot.0,
-            first: 1,
-            last: 1,
+            slot,
+            first: Offset(1),
+            last: Offset(1),
             outcome: Outcome::Failed("no".to_owned()),
         },
     );

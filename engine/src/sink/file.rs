@@ -18,9 +18,11 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use super::{Acks, Sink};
+use super::Sink;
+use crate::acks::Acks;
 use crate::config::{ConfirmOrder, FileSinkConfig, SinkConfig, SinkType};
 use crate::error::EngineError;
+use crate::ids::{Offset, Slot};
 use crate::json;
 use crate::message::Batch;
 use crate::template::name::Place;
@@ -154,10 +156,10 @@ impl Sink for FileSink {
         let acks = self.acks.clone();
         let confirm = move || {
             if offsets.is_empty() {
-                acks.confirm(slot, first, last);
+                acks.confirm(slot, Offset(first), Offset(last));
             } else {
                 for o in offsets {
-                    acks.confirm(slot, o, o);
+                    acks.confirm(slot, Offset(o), Offset(o));
                 }
             }
         };
@@ -203,5 +205,5 @@ impl Sink for FileSink {
         Ok(())
     }
 
-    fn release(&mut self, _slot: usize) {}
+    fn release(&mut self, _slot: Slot) {}
 }

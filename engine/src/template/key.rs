@@ -439,6 +439,8 @@ impl KeyZone {
 mod tests {
     use std::rc::Rc;
 
+    use crate::ids::{PartitionId, Slot};
+
     use bytes::Bytes;
 
     use super::*;
@@ -446,10 +448,10 @@ mod tests {
 
     fn part() -> PartitionInfo {
         PartitionInfo {
-            slot: 0,
+            slot: Slot(0),
             stream: Rc::from("my stream/1"),
             topic: Rc::from("orders"),
-            partition: 3,
+            partition: PartitionId(3),
         }
     }
 

@@ -135,15 +135,17 @@ pub fn topic_name(topic: impl Into<Bytes>) -> Result<MqttStr, String> {
 mod tests {
     use std::rc::Rc;
 
+    use crate::ids::{PartitionId, Slot};
+
     use super::*;
     use crate::message::encode_headers;
 
     fn part() -> PartitionInfo {
         PartitionInfo {
-            slot: 0,
+            slot: Slot(0),
             stream: Rc::from("events"),
             topic: Rc::from("orders"),
-            partition: 3,
+            partition: PartitionId(3),
         }
     }
 

@@ -32,9 +32,10 @@ use spillway_net::IoVecs;
 use tracing::{info, warn};
 
 use super::shape::{Kept, Shaper};
+use crate::acks::Acks;
 use crate::config::{ErrorPolicy, MqttSinkConfig, MqttVersion};
 use crate::error::{EngineError, ErrorClass};
-use crate::sink::Acks;
+use crate::ids::{Offset, Slot};
 use crate::template::name::Place;
 use crate::template::topic::topic_name;
 use crate::units::{Backoff, Rounded};
@@ -48,9 +49,9 @@ const MIN_READ: usize = 64 * 1024;
 #[derive(Debug)]
 pub struct Token {
     /// Partition slot.
-    pub slot: usize,
+    pub slot: Slot,
     /// Offset.
-    pub offset: u64,
+    pub offset: Offset,
     /// The message, kept for the dead-letter topic (only under `on_error = "dead_letter"`).
     pub kept: Option<Box<Kept>>,
     /// This is the dead letter of the message: its failure is final.
@@ -64,8 +65,8 @@ impl Token {
     /// The token of a status message: its slot matches no partition.
     fn status() -> Token {
         Token {
-            slot: usize::MAX,
-            offset: 0,
+            slot: Slot(usize::MAX),
+            offset: Offset(0),
             kept: None,
             dead_letter: false,
             status: true,
@@ -141,8 +142,8 @@ impl Ctx {
             if let Some(more) = crate::ratelog::per_message(&self.dead_letter_log, Instant::now()) {
                 warn!(
                     sink = %self.sink,
-                    partition = kept.partition.partition,
-                    offset = token.offset,
+                    partition = kept.partition.partition.0,
+                    offset = token.offset.0,
                     "sending a rejected message to the dead-letter topic: {reason}{more}"
                 );
             }
@@ -329,7 +330,7 @@ impl Link {
     }
 
     /// Drops queued messages of `slot` (the partition is no longer this sink's).
-    pub fn release(&self, slot: usize) {
+    pub fn release(&self, slot: Slot) {
         self.queue.borrow_mut().retain(|i| i.token.slot != slot);
     }
 }
@@ -337,13 +338,13 @@ impl Link {
 /// Contiguous confirmations of one partition, reported as one range.
 #[derive(Default)]
 struct Run {
-    run: Option<(usize, u64, u64)>,
+    run: Option<(Slot, Offset, Offset)>,
 }
 
 impl Run {
-    fn push(&mut self, acks: &Acks, slot: usize, offset: u64) {
+    fn push(&mut self, acks: &Acks, slot: Slot, offset: Offset) {
         match &mut self.run {
-            Some((s, _, last)) if *s == slot && offset == *last + 1 => *last = offset,
+            Some((s, _, last)) if *s == slot && offset == last.next() => *last = offset,
             _ => {
                 self.flush(acks);
                 self.run = Some((slot, offset, offset));
@@ -388,7 +389,7 @@ pub async fn run(ctx: Rc<Ctx>, link: Rc<Link>) {
     let mut clear_first = !cfg.clean_start;
     // The message at the head when connections closed right after it went out, and how many
     // times in a row.
-    let mut strikes: Option<((usize, u64, usize), u32)> = None;
+    let mut strikes: Option<((Slot, Offset, usize), u32)> = None;
     while !link.stop.get() {
         let clean = first || cfg.clean_start;
         let result = connection(&ctx, &link, clean, clear_first).await;
@@ -515,7 +516,7 @@ fn lost(ctx: &Ctx, link: &Link) {
     if unwritten.is_empty() {
         return;
     }
-    let mut from: Vec<(usize, u64)> = Vec::new();
+    let mut from: Vec<(Slot, Offset)> = Vec::new();
     for t in unwritten.into_iter().filter(|t| !t.status) {
         match from.iter_mut().find(|(s, _)| *s == t.slot) {
             Some((_, o)) => *o = (*o).min(t.offset),

@@ -22,9 +22,11 @@ use tracing::{info, warn};
 
 use self::conn::{Ctx, Item, Link, Token};
 use self::shape::{Kept, Shaper};
-use super::{Acks, Sink, SinkStatus};
+use super::Sink;
+use crate::acks::{Acks, SinkStatus};
 use crate::config::{ErrorPolicy, SinkConfig};
 use crate::error::EngineError;
+use crate::ids::{Offset, Slot};
 use crate::message::Batch;
 
 /// See the module docs.
@@ -182,7 +184,7 @@ impl Sink for MqttSink {
     async fn deliver(&mut self, batch: Batch) -> Result<(), EngineError> {
         self.check()?;
         let p = Rc::clone(&batch.partition);
-        let link = &self.links[p.slot % self.links.len()];
+        let link = &self.links[p.slot.0 % self.links.len()];
         let mut rejected = Vec::new();
         {
             let mut shaper = self.ctx.shaper.borrow_mut();
@@ -199,7 +201,7 @@ impl Sink for MqttSink {
                 });
                 let token = Token {
                     slot: p.slot,
-                    offset,
+                    offset: Offset(offset),
                     kept,
                     dead_letter: false,
                     status: false,
@@ -262,8 +264,8 @@ impl Sink for MqttSink {
         self.check()
     }
 
-    fn release(&mut self, slot: usize) {
-        self.links[slot % self.links.len()].release(slot);
+    fn release(&mut self, slot: Slot) {
+        self.links[slot.0 % self.links.len()].release(slot);
         self.ctx.shaper.borrow_mut().release(slot);
     }
 

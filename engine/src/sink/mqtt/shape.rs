@@ -12,6 +12,7 @@ use bytes::Bytes;
 use spillway_codec::{MqttStr, Properties, Publish, QoS, ReasonCode};
 
 use crate::config::{Envelope, MqttSinkConfig, MqttVersion, PayloadEncoding};
+use crate::ids::Slot;
 use crate::json;
 use crate::message::{self, Message, PartitionInfo};
 use crate::template::topic::{TopicTemplate, topic_name};
@@ -174,7 +175,8 @@ impl Shaper {
     }
 
     /// Forgets what was cached for partition slot `slot`.
-    pub fn release(&mut self, slot: usize) {
+    pub fn release(&mut self, slot: Slot) {
+        let slot = slot.0;
         fn clear(route: &mut Route, slot: usize) {
             match route {
                 Route::Template { cache, .. } => {
@@ -202,15 +204,15 @@ impl Shaper {
             Route::Static(t) => Ok(t.clone()),
             Route::Template { template, cache } => {
                 if template.per_partition() {
-                    if let Some(Some(t)) = cache.get(p.slot) {
+                    if let Some(Some(t)) = cache.get(p.slot.0) {
                         return Ok(t.clone());
                     }
                     template.render(p, None, scratch)?;
                     let t = topic_name(Bytes::copy_from_slice(scratch.as_bytes()))?;
-                    if cache.len() <= p.slot {
-                        cache.resize(p.slot + 1, None);
+                    if cache.len() <= p.slot.0 {
+                        cache.resize(p.slot.0 + 1, None);
                     }
-                    cache[p.slot] = Some(t.clone());
+                    cache[p.slot.0] = Some(t.clone());
                     return Ok(t);
                 }
                 template.render(p, Some(m), scratch)?;
@@ -434,6 +436,7 @@ pub struct Kept {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::ids::PartitionId;
     use crate::message::encode_headers;
 
     fn cfg(extra: &str) -> MqttSinkConfig {
@@ -442,10 +445,10 @@ mod tests {
 
     fn part() -> PartitionInfo {
         PartitionInfo {
-            slot: 1,
+            slot: Slot(1),
             stream: Rc::from("events"),
             topic: Rc::from("orders"),
-            partition: 2,
+            partition: PartitionId(2),
         }
     }
 

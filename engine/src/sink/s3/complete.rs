@@ -16,6 +16,7 @@ use super::ledger::Claim;
 use super::marker::{Marker, Refused, parse_marker};
 use super::{Completion, Finisher, TaskEvent, s3_failure};
 use crate::error::EngineError;
+use crate::ids::{Offset, Slot};
 use crate::units::Rounded;
 
 /// A closed object handed to its completion task.
@@ -95,7 +96,8 @@ impl Finisher {
         );
         // A released writer's partition is not this slot's any more.
         if !shared.retired.get() {
-            self.acks.redeliver_at(slot, first, Instant::now() + wait);
+            self.acks
+                .redeliver_at(Slot(slot), Offset(first), Instant::now() + wait);
         }
     }
 
@@ -114,7 +116,7 @@ impl Finisher {
         // A writer released already (its partition taken away, or made anew) must not touch
         // the partition its slot holds now.
         if !shared.retired.get() {
-            self.acks.reopen_at(slot, Instant::now() + backoff);
+            self.acks.reopen_at(Slot(slot), Instant::now() + backoff);
         }
         shared.backoff.set(next);
         warn!(

@@ -97,7 +97,7 @@ impl S3Sink {
                 ledger.unsettled.insert(m.offset);
             }
             self.acks
-                .fail(slot, m.offset, format!("no S3 key: {reason}"));
+                .fail(Slot(slot), Offset(m.offset), format!("no S3 key: {reason}"));
             return;
         };
         let mut key = prefix.clone();
@@ -118,7 +118,7 @@ impl S3Sink {
         if let Some(more) = crate::ratelog::per_message(&self.dead_letter_log, Instant::now()) {
             warn!(
                 sink = %self.name,
-                partition = w.info.partition,
+                partition = w.info.partition.0,
                 offset = m.offset,
                 "writing a rejected message to the dead-letter object {key}: {reason}{more}"
             );
@@ -133,7 +133,7 @@ impl S3Sink {
             slot,
             epoch: w.epoch,
             generation,
-            partition: w.info.partition,
+            partition: w.info.partition.0,
             offset: m.offset,
             key,
             body: Bytes::from(body),

@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::sink::Acks;
+use crate::acks::Acks;
+use crate::ids::{Offset, Slot};
 
 /// An object whose range the partition's marker records before the object is completed: the
 /// key it is written under, the split values of its messages and its first and last offsets.
@@ -160,7 +161,7 @@ impl Ledger {
             return;
         }
         let from = self.confirmed.map_or(0, |c| c + 1);
-        acks.confirm(slot, from, w);
+        acks.confirm(Slot(slot), Offset(from), Offset(w));
         self.confirmed = Some(w);
     }
 

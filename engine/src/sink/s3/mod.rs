@@ -58,12 +58,14 @@ use self::marker::{Fence, Marker, marker_key};
 use self::objects::{LaneState, OpenState, Rules};
 pub use self::rewind::MarkerState;
 use self::writer::{Completion, Finisher, Open, PartWriter, TaskEvent, TaskEvents};
-use super::{Acks, Sink, SinkStatus};
+use super::Sink;
+use crate::acks::{Acks, SinkStatus};
 use crate::config::{
     AclKind, ChecksumKind, ConditionalWrites, CredentialSource, ErrorPolicy, OnShutdown,
     S3SinkConfig, SinkConfig, SseKind,
 };
 use crate::error::EngineError;
+use crate::ids::{Offset, PartitionId, Slot};
 use crate::message::{Batch, Message, PartitionInfo};
 use crate::template::key::{self, KeyInput, ValueTemplate};
 
@@ -337,15 +339,16 @@ impl Sink for S3Sink {
         &mut self,
         stream: &str,
         topic: &str,
-        partition: u32,
-    ) -> Result<Option<u64>, EngineError> {
-        self.take_over(stream, topic, partition).await
+        partition: PartitionId,
+    ) -> Result<Option<Offset>, EngineError> {
+        let done = self.take_over(stream, topic, partition.0).await?;
+        Ok(done.map(Offset))
     }
 
     async fn deliver(&mut self, batch: Batch) -> Result<(), EngineError> {
         self.check_fatal()?;
         let info = Rc::clone(&batch.partition);
-        let slot = info.slot;
+        let slot = info.slot.0;
         self.batch_at = Instant::now();
         if self.gave_up.contains(&slot) {
             // Fenced: the engine drops the partition and takes it up anew.
@@ -363,7 +366,7 @@ impl Sink for S3Sink {
                     .as_ref()
                     .map_or(self.cfg.retry_min.0, |w| w.shared.backoff.get().step());
                 self.acks
-                    .redeliver_at(slot, m.offset, Instant::now() + wait);
+                    .redeliver_at(info.slot, Offset(m.offset), Instant::now() + wait);
                 return Ok(());
             }
         }
@@ -452,7 +455,7 @@ impl Sink for S3Sink {
                         {
                             let _ = l.encoder.finish();
                             // Left for the next run: the engine need not wait for these offsets.
-                            self.acks.redeliver(slot, open.first.offset);
+                            self.acks.redeliver(Slot(slot), Offset(open.first.offset));
                             if let Some(upload) = open.upload {
                                 abort_detached(upload);
                             }
@@ -466,7 +469,8 @@ impl Sink for S3Sink {
         Ok(())
     }
 
-    fn release(&mut self, slot: usize) {
+    fn release(&mut self, slot: Slot) {
+        let slot = slot.0;
         self.gave_up.remove(&slot);
         if let Some(w) = self.parts.get_mut(slot).and_then(Option::take) {
             w.shared.retired.set(true);
@@ -481,12 +485,12 @@ impl Sink for S3Sink {
         }
     }
 
-    fn open_objects(&self, out: &mut Vec<(usize, super::OpenObject)>) {
+    fn open_objects(&self, out: &mut Vec<(Slot, super::OpenObject)>) {
         for (slot, w) in self.parts.iter().enumerate() {
             let Some(w) = w else { continue };
             for open in w.opens() {
                 out.push((
-                    slot,
+                    Slot(slot),
                     super::OpenObject {
                         first_offset: open.first.offset,
                         last_offset: open.last_offset,

@@ -32,10 +32,10 @@ fn sink() -> (S3Sink, Acks) {
 fn batch(offsets: std::ops::Range<u64>, len: usize) -> Batch {
     Batch {
         partition: Rc::new(PartitionInfo {
-            slot: 0,
+            slot: Slot(0),
             stream: Rc::from("s"),
             topic: Rc::from("t"),
-            partition: 1,
+            partition: PartitionId(1),
         }),
         messages: offsets
             .map(|offset| Message {
@@ -91,7 +91,7 @@ fn a_failure_of_an_earlier_writer_does_not_drop_the_current_object() {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(open_of(&sink), Some((0, 2)));
         let old = epoch_of(&sink);
-        sink.release(0);
+        sink.release(Slot(0));
         sink.deliver(batch(5..6, 10))
             .await
             .unwrap_or_else(|e| panic!("{e}"));
@@ -190,7 +190,7 @@ fn the_sink_reports_what_it_holds_as_it_changes() {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(acks.take_held(), Some(455));
-        sink.release(0);
+        sink.release(Slot(0));
         assert_eq!(
             acks.take_held(),
             Some(0),
@@ -278,8 +278,8 @@ fn confirmed(acks: &Acks) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     acks.drain_into(&mut out);
     out.into_iter()
-        .filter(|a| a.outcome == crate::sink::Outcome::Confirmed)
-        .map(|a| (a.first, a.last))
+        .filter(|a| a.outcome == crate::acks::Outcome::Confirmed)
+        .map(|a| (a.first.0, a.last.0))
         .collect()
 }
 
@@ -406,7 +406,7 @@ fn a_message_without_the_split_field_goes_to_on_error_and_fail_holds_the_waterma
         let mut out = Vec::new();
         acks.drain_into(&mut out);
         let failed = out.iter().find_map(|a| match &a.outcome {
-            crate::sink::Outcome::Failed(r) => Some(r.clone()),
+            crate::acks::Outcome::Failed(r) => Some(r.clone()),
             _ => None,
         });
         assert!(

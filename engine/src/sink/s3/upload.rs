@@ -75,7 +75,7 @@ impl S3Sink {
         if !self.drop_failed(slot, epoch) {
             return false;
         }
-        self.release(slot);
+        self.release(Slot(slot));
         self.gave_up.insert(slot);
         true
     }
@@ -278,9 +278,9 @@ impl S3Sink {
                 &self.name,
                 &w.info.stream,
                 &w.info.topic,
-                w.info.partition,
+                w.info.partition.0,
             ),
-            partition: w.info.partition,
+            partition: w.info.partition.0,
         };
         let previous = w.tail.take();
         let shared = Rc::clone(&w.shared);
@@ -315,7 +315,7 @@ impl S3Sink {
             let previous = w.tail.take();
             let shared = Rc::clone(&w.shared);
             let finisher = self.finisher.clone();
-            let (epoch, partition) = (w.epoch, w.info.partition);
+            let (epoch, partition) = (w.epoch, w.info.partition.0);
             w.tail = Some(monoio::spawn(async move {
                 // A failed predecessor has polled the partition again already.
                 if let Some(previous) = previous

@@ -141,7 +141,7 @@ impl S3Sink {
         &mut self,
         info: &Rc<PartitionInfo>,
     ) -> Result<&mut PartWriter, EngineError> {
-        let slot = info.slot;
+        let slot = info.slot.0;
         if self.parts.len() <= slot {
             self.parts.resize_with(slot + 1, || None);
         }
@@ -153,7 +153,7 @@ impl S3Sink {
             let taken = self.resumed.remove(&(
                 Rc::clone(&info.stream),
                 Rc::clone(&info.topic),
-                info.partition,
+                info.partition.0,
             ));
             let fence = match taken {
                 Some((marker, fence)) => {

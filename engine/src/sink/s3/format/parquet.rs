@@ -304,7 +304,7 @@ impl ParquetWriter {
         if self.metadata {
             c.stream.append_value(&*p.stream);
             c.topic.append_value(&*p.topic);
-            c.partition.append_value(p.partition);
+            c.partition.append_value(p.partition.0);
             c.offset.append_value(m.offset);
             c.id.append_value(itoa::Buffer::new().format(m.id));
             c.timestamp.append_value(clamp_i64(m.timestamp));

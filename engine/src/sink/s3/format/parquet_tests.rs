@@ -16,14 +16,15 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::super::{Encoder, Format, FormatOptions};
 use crate::config::{ColumnType, ParquetColumn, ParquetCompression, ParquetConfig, ParquetPayload};
+use crate::ids::{PartitionId, Slot};
 use crate::message::{Message, PartitionInfo, encode_headers};
 
 fn part() -> PartitionInfo {
     PartitionInfo {
-        slot: 0,
+        slot: Slot(0),
         stream: Rc::from("events"),
         topic: Rc::from("orders"),
-        partition: 3,
+        partition: PartitionId(3),
     }
 }
 

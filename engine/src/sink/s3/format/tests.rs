@@ -12,14 +12,15 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::config::PayloadEncoding;
+use crate::ids::{PartitionId, Slot};
 use crate::message::encode_headers;
 
 fn part() -> PartitionInfo {
     PartitionInfo {
-        slot: 0,
+        slot: Slot(0),
         stream: Rc::from("events"),
         topic: Rc::from("orders"),
-        partition: 3,
+        partition: PartitionId(3),
     }
 }
 
@@ -550,10 +551,10 @@ fn csv_quotes_exactly_what_needs_quoting() {
     );
     // Stream and topic names are quoted too.
     let p = PartitionInfo {
-        slot: 0,
+        slot: Slot(0),
         stream: Rc::from("a,\"b\""),
         topic: Rc::from("t\r\n"),
-        partition: 0,
+        partition: PartitionId(0),
     };
     let mut enc = Encoder::new(opts(Format::Csv, Compression::None)).unwrap();
     enc.begin();
