@@ -31,6 +31,7 @@ pub mod operator;
 pub mod ratelog;
 pub mod runner;
 pub mod shard;
+pub mod signal;
 pub mod sink;
 pub mod status;
 pub mod template;

@@ -25,6 +25,7 @@ use crate::error::EngineError;
 use crate::ids::{Offset, Slot};
 use crate::json;
 use crate::message::Batch;
+use crate::signal::Signal;
 use crate::template::name::Place;
 
 enum Output {
@@ -42,6 +43,8 @@ pub struct FileSink {
     records: json::RecordWriter,
     /// Batches written whose delayed confirmation has not run yet.
     pending: Rc<Cell<usize>>,
+    /// Bumped as each delayed write ends (what the drain waits on).
+    written: Rc<Signal>,
 }
 
 impl std::fmt::Debug for FileSink {
@@ -79,6 +82,7 @@ impl FileSink {
             buf: Vec::with_capacity(64 * 1024),
             records: json::RecordWriter::default(),
             pending: Rc::new(Cell::new(0)),
+            written: Rc::new(Signal::default()),
         })
     }
 
@@ -178,6 +182,7 @@ impl Sink for FileSink {
         let delay = max_delay.mul_f64(fastrand::f64());
         let (out, path, fsync) = (Rc::clone(&self.out), self.path.clone(), self.cfg.fsync);
         let pending = Rc::clone(&self.pending);
+        let written = Rc::clone(&self.written);
         pending.set(pending.get() + 1);
         monoio::spawn(async move {
             monoio::time::sleep(delay).await;
@@ -186,6 +191,7 @@ impl Sink for FileSink {
                 Err(e) => tracing::error!("{e}"),
             }
             pending.set(pending.get() - 1);
+            written.bump();
         });
         Ok(())
     }
@@ -199,8 +205,15 @@ impl Sink for FileSink {
     }
 
     async fn drain(&mut self, deadline: Instant) -> Result<(), EngineError> {
-        while self.pending.get() > 0 && Instant::now() < deadline {
-            monoio::time::sleep(Duration::from_millis(5)).await;
+        while self.pending.get() > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero()
+                || monoio::time::timeout(left, self.written.next())
+                    .await
+                    .is_err()
+            {
+                break;
+            }
         }
         Ok(())
     }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tracing::{info, warn};
 
-use self::conn::{Ctx, Item, Link, Token};
+use self::conn::{Ctx, Item, Link, Phase, Token};
 use self::shape::{Kept, Shaper};
 use super::Sink;
 use crate::acks::{Acks, SinkStatus};
@@ -116,6 +116,7 @@ impl MqttSink {
                     crate::ratelog::PER_MESSAGE_INTERVAL,
                     crate::ratelog::PER_MESSAGE_BURST,
                 )),
+                changes: crate::signal::Signal::default(),
                 cfg,
             }),
             links,
@@ -131,10 +132,24 @@ impl MqttSink {
         }
     }
 
+    /// Waits until every link is `done`, a fatal error is set, or `deadline`: woken by the
+    /// links' changes, not by polling a clock.
+    async fn wait_links(&self, deadline: Instant, done: impl Fn(&Link) -> bool) {
+        while self.ctx.fatal.borrow().is_none() && !self.links.iter().all(|l| done(l)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero()
+                || monoio::time::timeout(left, self.ctx.changes.next())
+                    .await
+                    .is_err()
+            {
+                break;
+            }
+        }
+    }
+
     fn stop_links(&self) {
         for l in &self.links {
-            l.stop.set(true);
-            l.wake();
+            l.stop();
         }
     }
 
@@ -167,12 +182,7 @@ impl Sink for MqttSink {
         // in the background while messages queue up to the windows.
         let limit = self.ctx.cfg.connect_timeout.0 * 2 + Duration::from_secs(1);
         let deadline = Instant::now() + limit;
-        while Instant::now() < deadline
-            && self.ctx.fatal.borrow().is_none()
-            && self.links.iter().any(|l| !l.tried.get())
-        {
-            monoio::time::sleep(Duration::from_millis(5)).await;
-        }
+        self.wait_links(deadline, |l| l.tried()).await;
         if let Err(e) = self.check() {
             self.stop_links();
             return Err(e);
@@ -237,16 +247,15 @@ impl Sink for MqttSink {
             );
         }
         for l in &self.links {
-            l.closing.set(true);
-            l.wake();
+            l.drain();
         }
-        while Instant::now() < deadline
-            && self.ctx.fatal.borrow().is_none()
-            && self.links.iter().any(|l| !l.finished.get())
-        {
-            monoio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let unfinished = self.links.iter().filter(|l| !l.finished.get()).count();
+        self.wait_links(deadline, |l| l.phase() == Phase::Finished)
+            .await;
+        let unfinished = self
+            .links
+            .iter()
+            .filter(|l| l.phase() != Phase::Finished)
+            .count();
         if unfinished > 0 {
             let held: usize = self
                 .links
@@ -276,7 +285,7 @@ impl Sink for MqttSink {
                 && self
                     .links
                     .iter()
-                    .any(|l| !l.up.get() && !l.finished.get() && !l.stop.get()),
+                    .any(|l| matches!(l.phase(), Phase::Starting | Phase::Down) && !l.stopped()),
             reconnects: self.links.iter().map(|l| l.reconnects.get()).sum(),
             in_flight_peak: self.peak_in_flight() as u64,
             buffered_peak: 0,
