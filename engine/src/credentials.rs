@@ -20,6 +20,7 @@ use std::collections::HashMap;
 #[cfg(feature = "aws-chain")]
 use std::sync::OnceLock;
 use std::sync::{Arc, Mutex, PoisonError};
+#[cfg(any(feature = "aws-chain", test))]
 use std::time::{Duration, SystemTime};
 
 #[cfg(feature = "aws-chain")]
@@ -101,6 +102,7 @@ pub fn chain(profile: Option<&str>, region: &str) -> Result<Chain, String> {
 /// remaining life, but no later than five minutes before the expiry, and not sooner than
 /// 200 ms; credentials without an expiry (static keys in a profile or the environment) are
 /// read again every 15 minutes.
+#[cfg(any(feature = "aws-chain", test))]
 pub fn refresh_after(expiry: Option<SystemTime>, now: SystemTime) -> Duration {
     let Some(expiry) = expiry else {
         return Duration::from_secs(15 * 60);

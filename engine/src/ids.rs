@@ -16,10 +16,6 @@ pub struct Offset(pub u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Slot(pub usize);
 
-/// A shard number (one pinned thread).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ShardId(pub usize);
-
 impl Offset {
     /// The offset after this one.
     pub fn next(self) -> Offset {
@@ -40,12 +36,6 @@ impl fmt::Display for Offset {
 }
 
 impl fmt::Display for Slot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl fmt::Display for ShardId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
     }

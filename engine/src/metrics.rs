@@ -109,8 +109,6 @@ pub struct SinkReport {
     pub counters: SinkCounters,
     /// Polled, unconfirmed messages.
     pub in_flight: u64,
-    /// Their payload bytes.
-    pub in_flight_bytes: u64,
     /// Per partition.
     pub partitions: Vec<PartitionGauge>,
     /// Latencies recorded since the previous report.
@@ -576,7 +574,6 @@ mod tests {
                 ..SinkCounters::default()
             },
             in_flight: 0,
-            in_flight_bytes: 0,
             partitions: Vec::new(),
             latency: latency_histogram(),
             state: crate::flow::SinkState::Running,
@@ -639,7 +636,6 @@ mod tests {
                 ..SinkCounters::default()
             },
             in_flight: 3,
-            in_flight_bytes: 30,
             partitions: vec![PartitionGauge {
                 stream: "s".into(),
                 topic: "t".into(),

@@ -83,6 +83,7 @@ pub struct Control {
 
 impl Control {
     /// Taking nothing that changes state (the unit tests of the page routes).
+    #[cfg(test)]
     pub fn read_only(names: Vec<String>) -> Control {
         Control {
             names,

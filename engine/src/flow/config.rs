@@ -26,11 +26,13 @@ impl Budget {
     }
 
     /// What is held now.
+    #[cfg(test)]
     pub fn held(&self) -> u64 {
         self.held.get()
     }
 
     /// `runtime.shard_memory_budget`.
+    #[cfg(test)]
     pub fn limit(&self) -> u64 {
         self.limit
     }

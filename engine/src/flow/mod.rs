@@ -203,22 +203,19 @@ impl Flow {
         Rc::clone(&self.stats)
     }
 
-    /// The sink's name.
-    pub fn name(&self) -> &str {
-        &self.cfg.name
-    }
-
     /// The partition info of `slot` (what batches carry).
     pub fn info(&self, slot: Slot) -> Option<Rc<PartitionInfo>> {
         self.part(slot).map(|p| Rc::clone(&p.info))
     }
 
     /// Whether the run is over ([`Action::Stop`] was answered).
+    #[cfg(test)]
     pub fn is_done(&self) -> bool {
         matches!(self.phase, Phase::Done)
     }
 
     /// Whether a stop (not a drain) is under way: sink calls are cut short.
+    #[cfg(test)]
     pub fn is_stopping(&self) -> bool {
         matches!(self.phase, Phase::Finishing { .. } | Phase::Done)
     }

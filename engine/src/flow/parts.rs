@@ -150,24 +150,28 @@ impl Flow {
     }
 
     /// The watermark of `partition`: every offset up to it is confirmed.
+    #[cfg(test)]
     pub fn watermark(&self, partition: PartitionId) -> Option<Offset> {
         let slot = self.slot_of(partition)?;
         self.part(slot)?.tracker.watermark().map(Offset)
     }
 
     /// The offset last stored for `partition`, as the flow knows it.
+    #[cfg(test)]
     pub fn stored(&self, partition: PartitionId) -> Option<Offset> {
         let slot = self.slot_of(partition)?;
         self.part(slot)?.stored
     }
 
     /// The next offset `partition` is polled from.
+    #[cfg(test)]
     pub fn next_poll(&self, partition: PartitionId) -> Option<Offset> {
         let slot = self.slot_of(partition)?;
         Some(Offset(self.part(slot)?.tracker.next_poll()))
     }
 
     /// The slot of `partition`, while it is this runner's.
+    #[cfg(test)]
     pub fn slot(&self, partition: PartitionId) -> Option<Slot> {
         self.slot_of(partition)
     }

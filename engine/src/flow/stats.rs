@@ -124,7 +124,6 @@ impl RunnerStats {
             sink,
             counters: self.counters,
             in_flight: self.in_flight.0,
-            in_flight_bytes: self.in_flight.1,
             partitions: self.partitions.iter().flatten().cloned().collect(),
             latency,
         }
