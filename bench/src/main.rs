@@ -26,6 +26,7 @@ mod metrics;
 mod mqtt;
 mod pipeline;
 mod profile;
+mod readbuf;
 mod report;
 mod s3;
 mod s3_sink;

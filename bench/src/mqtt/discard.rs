@@ -16,7 +16,7 @@
 //! [`cpu::helper_thread`], so its CPU is not counted as the publisher's. The
 //! broker counts the PUBLISH packets it received per QoS, and a [`Tally`] the runs wait on.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::num::NonZeroU16;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,6 +28,8 @@ use bytes::BytesMut;
 use spillway_codec::{
     ConnAck, DecodeOptions, Decoded, EncodeOptions, Packet, Protocol, ReasonCode, decode,
 };
+
+use crate::readbuf::ReadBuf;
 
 use super::cpu;
 use super::tally::Tally;
@@ -170,9 +172,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, conns: &Mutex<Vec<J
                 let mut conn = Conn {
                     stream,
                     shared,
-                    buf: vec![0; READ_BUF],
-                    start: 0,
-                    end: 0,
+                    input: ReadBuf::new(READ_BUF),
                     out: Vec::with_capacity(64 << 10),
                 };
                 if let Err(e) = conn.serve() {
@@ -200,51 +200,22 @@ fn invalid(e: impl std::fmt::Display) -> io::Error {
 struct Conn {
     stream: TcpStream,
     shared: Arc<Shared>,
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
+    input: ReadBuf,
     out: Vec<u8>,
 }
 
 impl Conn {
-    /// Reads more bytes; `Ok(false)` at the end of the stream or on stop.
+    /// Reads more bytes; `Ok(false)` at the end of the stream or on stop. Keeps room for a
+    /// whole packet after a partial one.
     fn fill(&mut self) -> io::Result<bool> {
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        } else if self.buf.len() - self.end < wire::MAX_PACKET {
-            // Keep room for a whole packet after the partial one.
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        loop {
-            match self.stream.read(&mut self.buf[self.end..]) {
-                Ok(0) => return Ok(false),
-                Ok(n) => {
-                    self.end += n;
-                    return Ok(true);
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    if self.shared.stop.load(Ordering::Relaxed) {
-                        return Ok(false);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+        self.input
+            .fill(&mut self.stream, &self.shared.stop, wire::MAX_PACKET)
     }
 
     /// The protocol of the connection, from its CONNECT (answered with CONNACK).
     fn handshake(&mut self) -> io::Result<Option<Protocol>> {
         let frame = loop {
-            match wire::scan(&self.buf[self.start..self.end]).map_err(invalid)? {
+            match wire::scan(self.input.unread()).map_err(invalid)? {
                 Some(f) => break f,
                 None => {
                     if !self.fill()? {
@@ -256,8 +227,8 @@ impl Conn {
         if frame.kind() != 1 {
             return Err(invalid(WireError::Unexpected(frame.first)));
         }
-        let mut packet = BytesMut::from(&self.buf[self.start..self.start + frame.total]);
-        self.start += frame.total;
+        let mut packet = BytesMut::from(&self.input.unread()[..frame.total]);
+        self.input.consume(frame.total);
         // The codec reads CONNECT whatever protocol the options name (it carries its own).
         let connect = match decode(&mut packet, &DecodeOptions::new(Protocol::V5)) {
             Ok(Decoded::Packet(Packet::Connect(c))) => c,
@@ -280,7 +251,7 @@ impl Conn {
     /// Handles one packet of the steady state; `Ok(false)` on DISCONNECT.
     #[inline]
     fn on_packet(&mut self, frame: &Frame, counts: &mut [u64; 3]) -> Result<bool, WireError> {
-        let packet = &self.buf[self.start..self.start + frame.total];
+        let packet = &self.input.unread()[..frame.total];
         match frame.kind() {
             wire::PUBLISH => {
                 let qos = frame.qos()?;
@@ -319,9 +290,9 @@ impl Conn {
         loop {
             let mut counts = [0u64; 3];
             let mut open = true;
-            while let Some(frame) = wire::scan(&self.buf[self.start..self.end]).map_err(invalid)? {
+            while let Some(frame) = wire::scan(self.input.unread()).map_err(invalid)? {
                 let more = self.on_packet(&frame, &mut counts);
-                self.start += frame.total;
+                self.input.consume(frame.total);
                 match more {
                     Ok(true) => {}
                     Ok(false) => {
@@ -359,6 +330,8 @@ impl Conn {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Read;
+
     use super::*;
     use bytes::Bytes;
     use spillway_codec::{Ack, MqttStr, PacketId, Publish, QoS};

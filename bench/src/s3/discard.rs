@@ -12,12 +12,14 @@
 //! It counts the body bytes of `PUT` requests, so the bench can check that every byte of an
 //! upload arrived.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
+
+use crate::readbuf::ReadBuf;
 
 /// Read buffer per connection: large reads keep the server's share of the CPU small.
 const READ_BUF: usize = 1 << 20;
@@ -258,9 +260,7 @@ fn answer(head: &Head, id: u64) -> (&'static str, String, String) {
 struct Conn {
     stream: TcpStream,
     shared: Arc<Shared>,
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
+    input: ReadBuf,
 }
 
 impl Conn {
@@ -268,43 +268,13 @@ impl Conn {
         Conn {
             stream,
             shared,
-            buf: vec![0; READ_BUF],
-            start: 0,
-            end: 0,
+            input: ReadBuf::new(READ_BUF),
         }
     }
 
     /// Reads more bytes into the buffer; `Ok(false)` at the end of the stream or on stop.
     fn fill(&mut self) -> io::Result<bool> {
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        } else if self.end == self.buf.len() {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        loop {
-            match self.stream.read(&mut self.buf[self.end..]) {
-                Ok(0) => return Ok(false),
-                Ok(n) => {
-                    self.end += n;
-                    return Ok(true);
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    if self.shared.stop.load(Ordering::Relaxed) {
-                        return Ok(false);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+        self.input.fill(&mut self.stream, &self.shared.stop, 1)
     }
 
     /// The next `\r\n`-terminated line (without it), or the next head (up to `\r\n\r\n`);
@@ -312,14 +282,14 @@ impl Conn {
     fn take_until(&mut self, delim: &[u8], limit: usize) -> io::Result<Option<String>> {
         let mut scanned: usize = 0;
         loop {
-            let window = &self.buf[self.start..self.end];
+            let window = self.input.unread();
             if let Some(i) = window[scanned.saturating_sub(delim.len())..]
                 .windows(delim.len())
                 .position(|w| w == delim)
             {
                 let at = scanned.saturating_sub(delim.len()) + i;
                 let text = String::from_utf8_lossy(&window[..at]).into_owned();
-                self.start += at + delim.len();
+                self.input.consume(at + delim.len());
                 return Ok(Some(text));
             }
             scanned = window.len();
@@ -330,7 +300,7 @@ impl Conn {
                 ));
             }
             if !self.fill()? {
-                return if self.start == self.end {
+                return if self.input.unread().is_empty() {
                     Ok(None)
                 } else {
                     Err(io::ErrorKind::UnexpectedEof.into())
@@ -342,9 +312,9 @@ impl Conn {
     /// Reads and throws away `n` bytes.
     fn skip(&mut self, mut n: u64) -> io::Result<()> {
         loop {
-            let have = (self.end - self.start) as u64;
+            let have = self.input.unread().len() as u64;
             let take = have.min(n);
-            self.start += take as usize;
+            self.input.consume(take as usize);
             n -= take;
             if n == 0 {
                 return Ok(());
@@ -421,6 +391,8 @@ impl Conn {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Read;
+
     use super::*;
 
     /// Sends `request` and reads the answer: its head and the body its Content-Length
