@@ -199,7 +199,7 @@ pub fn run_until_end(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> Ru
             Err(e) => {
                 error!("starting shard {}: {e}", plan.index);
                 for h in &shards {
-                    let _ = h.commands.push(Command::Stop);
+                    let _ = h.send(Command::Stop);
                 }
                 return RunEnd::bare(EXIT_FAILED);
             }
@@ -233,7 +233,7 @@ pub fn run_until_end(config: Config, map: CoreMap, stop: Arc<AtomicUsize>) -> Ru
 
     let broadcast = |shards: &[ShardHandle], cmd: Command| {
         for h in shards {
-            if h.commands.push(cmd).is_err() {
+            if !h.send(cmd) {
                 warn!("a shard's command queue is full");
             }
         }

@@ -585,10 +585,10 @@ async fn unless_stopped<T>(
         return None;
     }
     let stopped = async {
-        // The shard's own task takes the control thread's commands every 20 ms, even while
-        // this runner waits.
+        // The shard's own task takes the control thread's commands as they come, even while
+        // this runner waits, and the mode's change wakes this.
         while shard.mode.get() != Mode::Stop {
-            monoio::time::sleep(Duration::from_millis(20)).await;
+            shard.changed.next().await;
         }
     };
     monoio::select! {

@@ -4,8 +4,12 @@
 //! down, reports up.
 
 use std::cell::{Cell, RefCell};
+use std::future::poll_fn;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::task::{Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -19,6 +23,7 @@ use crate::flow::{Budget, Mode, RunnerStats};
 use crate::iggy::Endpoint;
 use crate::metrics::{Command, Report, Reports};
 use crate::runner::Runner;
+use crate::signal::Signal;
 
 /// The control thread's handle on a shard.
 #[derive(Debug)]
@@ -26,7 +31,58 @@ pub struct ShardHandle {
     /// The thread.
     pub thread: JoinHandle<()>,
     /// Commands to it.
-    pub commands: Arc<ArrayQueue<Command>>,
+    commands: Arc<ArrayQueue<Command>>,
+    /// Rung with each command, so the shard takes it at once.
+    doorbell: Arc<Doorbell>,
+}
+
+impl ShardHandle {
+    /// Sends `cmd` and wakes the shard for it; `false` when its queue is full.
+    pub fn send(&self, cmd: Command) -> bool {
+        let sent = self.commands.push(cmd).is_ok();
+        self.doorbell.ring();
+        sent
+    }
+}
+
+/// The control thread's ring on a shard: rung with each command, it wakes the shard's task,
+/// which takes the commands at once (instead of looking every few milliseconds).
+#[derive(Debug, Default)]
+pub struct Doorbell {
+    rung: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Doorbell {
+    /// Wakes the shard's task (from any thread).
+    pub fn ring(&self) {
+        self.rung.store(true, Ordering::SeqCst);
+        let waker = self
+            .waker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// Resolves once rung since the last wait ended.
+    pub async fn wait(&self) {
+        poll_fn(|cx| {
+            if self.rung.swap(false, Ordering::SeqCst) {
+                return Poll::Ready(());
+            }
+            *self.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());
+            // A ring between the first look and the waker's store is not lost.
+            if self.rung.swap(false, Ordering::SeqCst) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+    }
 }
 
 /// Starts shard `plan` on its core.
@@ -37,18 +93,23 @@ pub fn spawn(
     reports: Arc<Reports>,
 ) -> std::io::Result<ShardHandle> {
     let commands = Arc::new(ArrayQueue::new(16));
-    let cmds = Arc::clone(&commands);
+    let doorbell = Arc::new(Doorbell::default());
+    let link = (Arc::clone(&commands), Arc::clone(&doorbell));
     let thread = std::thread::Builder::new()
         .name(format!("spillway-shard-{}", plan.index))
-        .spawn(move || shard_thread(plan, config, endpoint, cmds, reports))?;
-    Ok(ShardHandle { thread, commands })
+        .spawn(move || shard_thread(plan, config, endpoint, link, reports))?;
+    Ok(ShardHandle {
+        thread,
+        commands,
+        doorbell,
+    })
 }
 
 fn shard_thread(
     plan: ShardPlan,
     config: Arc<Config>,
     endpoint: Option<Endpoint>,
-    commands: Arc<ArrayQueue<Command>>,
+    link: (Arc<ArrayQueue<Command>>, Arc<Doorbell>),
     reports: Arc<Reports>,
 ) {
     let index = plan.index;
@@ -80,7 +141,7 @@ fn shard_thread(
         plan,
         config,
         endpoint,
-        commands,
+        link,
         Arc::clone(&reports),
     ));
     reports.deliver(Report::Finished { shard: index });
@@ -90,7 +151,7 @@ async fn shard_main(
     plan: ShardPlan,
     config: Arc<Config>,
     endpoint: Option<Endpoint>,
-    commands: Arc<ArrayQueue<Command>>,
+    (commands, doorbell): (Arc<ArrayQueue<Command>>, Arc<Doorbell>),
     reports: Arc<Reports>,
 ) {
     let index = plan.index;
@@ -101,6 +162,8 @@ async fn shard_main(
         Arc::clone(&reports),
     ));
     let remaining = Rc::new(Cell::new(0usize));
+    // Bumped as each runner ends.
+    let ended = Rc::new(Signal::default());
     for work in &plan.sinks {
         match Runner::new(
             &config,
@@ -115,6 +178,7 @@ async fn shard_main(
                 state.stats.borrow_mut().push((runner.index(), st));
                 remaining.set(remaining.get() + 1);
                 let remaining = Rc::clone(&remaining);
+                let ended = Rc::clone(&ended);
                 let reports = Arc::clone(&reports);
                 monoio::spawn(async move {
                     // Logged by the control thread, once (not here as well).
@@ -126,6 +190,7 @@ async fn shard_main(
                         });
                     }
                     remaining.set(remaining.get() - 1);
+                    ended.bump();
                 });
             }
             Err(EngineError { message, class }) => {
@@ -143,13 +208,24 @@ async fn shard_main(
         sinks = remaining.get(),
         "shard started"
     );
+    // Woken by the control thread's commands, a runner's end, or the next report; runners
+    // that are busy also take the commands on each turn.
     loop {
         let done = remaining.get() == 0;
         state.service(done);
         if done {
             return;
         }
-        monoio::time::sleep(Duration::from_millis(20)).await;
+        let report_in = state
+            .next_report
+            .get()
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        monoio::select! {
+            () = doorbell.wait() => {}
+            () = ended.next() => {}
+            () = monoio::time::sleep(report_in) => {}
+        }
     }
 }
 
@@ -168,6 +244,8 @@ pub struct ShardState {
     pub reports: Arc<Reports>,
     /// The statistics of each runner, by sink index.
     pub stats: RefCell<Vec<(usize, Rc<RefCell<RunnerStats>>)>>,
+    /// Bumped when the mode changes (what a runner waiting for a stop wakes on).
+    pub changed: Signal,
     /// The operator's pauses, by sink index: paused, and how many flushes were asked for.
     pauses: RefCell<Vec<(bool, u64)>>,
     next_report: Cell<Instant>,
@@ -199,6 +277,7 @@ impl ShardState {
             reports,
             stats: RefCell::new(Vec::new()),
             pauses: RefCell::new(Vec::new()),
+            changed: Signal::default(),
             next_report: Cell::new(Instant::now()),
             report_seq: Cell::new(0),
         }
@@ -208,6 +287,7 @@ impl ShardState {
     /// every turn (a busy runner never lets the runtime park, and monoio fires timers only when
     /// it parks), and the shard's own task calls it on a timer when the runners are idle.
     pub fn service(&self, force_report: bool) {
+        let mode = self.mode.get();
         while let Some(cmd) = self.commands.pop() {
             match cmd {
                 Command::Drain { deadline } => {
@@ -230,6 +310,9 @@ impl ShardState {
                     }
                 }
             }
+        }
+        if self.mode.get() != mode {
+            self.changed.bump();
         }
         let now = Instant::now();
         if force_report || now >= self.next_report.get() {
@@ -272,3 +355,44 @@ impl ShardState {
 
 /// How often a shard sends its statistics.
 pub const REPORT_INTERVAL: Duration = Duration::from_millis(250);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring from another thread wakes a task parked in the shard's runtime (monoio's `sync`
+    /// feature): without the wake the wait below sleeps until its 10 s timer.
+    #[test]
+    fn a_ring_from_another_thread_wakes_the_shard() {
+        let doorbell = Arc::new(Doorbell::default());
+        let mut runtime = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+            .enable_timer()
+            .build()
+            .unwrap_or_else(|e| panic!("runtime: {e}"));
+        let ring = Arc::clone(&doorbell);
+        let ringer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            ring.ring();
+        });
+        let started = Instant::now();
+        runtime.block_on(async {
+            let _ = monoio::time::timeout(Duration::from_secs(10), doorbell.wait()).await;
+        });
+        let _ = ringer.join();
+        // Woken by the ring, not by the timer (which wakes the runtime at 10 s, when the rung
+        // bell is found as well).
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the ring did not wake the shard's task: it slept {:?}",
+            started.elapsed()
+        );
+        // A ring while nobody waits is kept for the next wait.
+        doorbell.ring();
+        let kept = runtime.block_on(async {
+            monoio::time::timeout(Duration::from_secs(10), doorbell.wait())
+                .await
+                .is_ok()
+        });
+        assert!(kept);
+    }
+}
