@@ -28,6 +28,8 @@ echo "== cargo test (unit, property, differential, session and integration tests
 # take many minutes to compile and the bench's own tests do not need them.
 cargo test --workspace --locked --exclude spillway-bench
 cargo test --locked -p spillway-bench --no-default-features
+# The engine's unit tests as the README's first run builds it (no Parquet, no AWS chain).
+cargo test --locked -p spillway --no-default-features --lib
 
 disk
 echo "== bench smoke run: every scenario, quick (writes target/bench/report.md, report.json and each scenario's JSON)"
