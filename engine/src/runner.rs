@@ -150,27 +150,13 @@ impl Runner {
                 )
             }
         };
-        let flow_cfg = FlowConfig {
-            name: cfg.name.clone(),
-            stream: Rc::clone(&stream_name),
-            topic: Rc::clone(&topic_name),
-            batch_size: cfg.batch_size,
-            poll_interval: cfg.poll_interval.0,
-            window_messages: cfg.window_messages,
-            window_bytes: cfg.window_bytes.0,
-            commit_interval: cfg.commit_interval.0,
-            commit_every: cfg.commit_every,
-            on_error: cfg.on_error,
-            start: cfg.start,
-            pacing: if self_paced {
-                Pacing::SinkBuffered
-            } else {
-                Pacing::Windows
-            },
-            tick_interval: sink.tick_interval(),
-            source: plan,
-            seed: fastrand::u64(..),
+        let pacing = if self_paced {
+            Pacing::SinkBuffered
+        } else {
+            Pacing::Windows
         };
+        let names = (Rc::clone(&stream_name), Rc::clone(&topic_name));
+        let flow_cfg = FlowConfig::of_sink(&cfg, names, pacing, sink.tick_interval(), plan);
         let flow = Flow::new(flow_cfg, Rc::clone(&shard.budget), Instant::now());
         let stats = flow.stats();
         let runner = Runner {

@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::{Offset, PartitionId};
-use crate::config::{ErrorPolicy, StartFrom};
+use crate::config::{ErrorPolicy, SinkConfig, StartFrom};
 
 /// The shard's memory budget, shared by its runners: polled, unconfirmed payload bytes of the
 /// windowed sinks plus the bytes the self-paced sinks (S3) hold.
@@ -120,4 +120,34 @@ pub struct FlowConfig {
     pub source: SourcePlan,
     /// A seed for the reconnect jitter (tests replay with it).
     pub seed: u64,
+}
+
+impl FlowConfig {
+    /// The flow of sink `cfg` reading `(stream, topic)` from `source`, paced by `pacing`, its
+    /// sink ticked every `tick_interval`; the jitter seeded afresh.
+    pub fn of_sink(
+        cfg: &SinkConfig,
+        (stream, topic): (Rc<str>, Rc<str>),
+        pacing: Pacing,
+        tick_interval: Duration,
+        source: SourcePlan,
+    ) -> FlowConfig {
+        FlowConfig {
+            name: cfg.name.clone(),
+            stream,
+            topic,
+            batch_size: cfg.batch_size,
+            poll_interval: cfg.poll_interval.0,
+            window_messages: cfg.window_messages,
+            window_bytes: cfg.window_bytes.0,
+            commit_interval: cfg.commit_interval.0,
+            commit_every: cfg.commit_every,
+            on_error: cfg.on_error,
+            start: cfg.start,
+            pacing,
+            tick_interval,
+            source,
+            seed: fastrand::u64(..),
+        }
+    }
 }
