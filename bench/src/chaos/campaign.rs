@@ -4,6 +4,22 @@
 use super::*;
 
 impl<'a> Campaign<'a> {
+    /// The last `lines` lines of each engine's log, for an error.
+    pub(super) fn log_tails(&self, lines: usize) -> String {
+        self.members
+            .iter()
+            .map(|m| {
+                let tail = m
+                    .process
+                    .as_ref()
+                    .map(|p| p.log_tail(lines))
+                    .unwrap_or_default();
+                format!("engine {}'s log:\n{tail}", m.name)
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     pub(super) fn new(world: World, seed: u64, progress: &'a mut dyn FnMut(&str)) -> Campaign<'a> {
         let addr = world.iggy_at();
         let outcome = Outcome {
@@ -489,19 +505,7 @@ impl<'a> Campaign<'a> {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                let tails = self
-                    .members
-                    .iter()
-                    .map(|m| {
-                        let tail = m
-                            .process
-                            .as_ref()
-                            .map(|p| p.log_tail(20))
-                            .unwrap_or_default();
-                        format!("engine {}:\n{tail}", m.name)
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n");
+                let tails = self.log_tails(20);
                 return Err(format!(
                     "the engines got no group assignment within 30 s:\n{tails}"
                 ));

@@ -128,19 +128,7 @@ impl<'a> Campaign<'a> {
                          {S3_SINK} {s:?}"
                     );
                 }
-                let tails = self
-                    .members
-                    .iter()
-                    .map(|m| {
-                        let tail = m
-                            .process
-                            .as_ref()
-                            .map(|p| p.log_tail(30))
-                            .unwrap_or_default();
-                        format!("engine {}'s log:\n{tail}", m.name)
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n");
+                let tails = self.log_tails(30);
                 self.save_logs();
                 return Err(format!(
                     "the engines did not catch up within 120 s after the campaign:{stored}\n\
