@@ -371,11 +371,11 @@ impl Runner {
             None => {}
             Some(Ok(None)) => self.flow.handle_not_member(Instant::now()),
             Some(Ok(Some((generation, assigned)))) => {
-                let ids: Vec<PartitionId> = assigned.into_iter().map(PartitionId).collect();
-                if self
+                let changed = self
                     .flow
-                    .handle_assignment(Instant::now(), generation, &ids)
-                {
+                    .handle_assignment(Instant::now(), generation, &assigned);
+                if changed {
+                    // Partitions new to this member start from heads fetched after the change.
                     src.forget_heads();
                 }
             }
@@ -432,11 +432,11 @@ impl Runner {
         let Source::Iggy(src) = &mut self.source else {
             return Ok(Opened::default());
         };
-        let (stored, head) = src.open(partition.0, need_head).await?;
+        let (stored, head) = src.open(partition, need_head).await?;
         Ok(Opened {
-            stored: stored.map(Offset),
+            stored,
             sink_done: None,
-            head: head.map(Offset),
+            head,
         })
     }
 
@@ -460,7 +460,7 @@ impl Runner {
         let (result, group, clustered) = match &mut self.source {
             Source::Generate(_) => (Ok(()), false, false),
             Source::Iggy(src) => (
-                src.store(partition.0, offset.0).await,
+                src.store(partition, offset).await,
                 src.in_group(),
                 src.clustered(),
             ),
@@ -501,8 +501,7 @@ impl Runner {
                 wait = g.poll(partition.0, offset.0, count, Instant::now(), &mut messages);
             }
             Source::Iggy(src) => {
-                let Some(result) = src.poll(partition.0, offset.0, count, &mut messages).await
-                else {
+                let Some(result) = src.poll(partition, offset, count, &mut messages).await else {
                     self.scratch = messages;
                     return false;
                 };

@@ -12,6 +12,7 @@ use super::error::IggyError;
 use super::poll::Polled;
 use crate::config::SinkConfig;
 use crate::error::EngineError;
+use crate::ids::{Offset, PartitionId};
 use crate::message::Message;
 
 /// What a sink reads from Iggy, as the wire names it: built once from the sink's config and
@@ -212,12 +213,15 @@ impl IggySource {
 
     /// This member's generation and partitions (`Ok(None)`: not a member); `None` when there
     /// is nothing to ask (no group, or not connected).
-    pub async fn sync(&mut self) -> Option<Result<Option<(u64, Vec<u32>)>, IggyError>> {
+    pub async fn sync(&mut self) -> Option<Result<Option<(u64, Vec<PartitionId>)>, IggyError>> {
         let t = &self.target;
         let (Some(client), Some(group)) = (self.client.as_mut(), t.group.as_ref()) else {
             return None;
         };
-        Some(client.sync_group(&t.stream, &t.topic, group).await)
+        let synced = client.sync_group(&t.stream, &t.topic, group).await;
+        Some(synced.map(|m| {
+            m.map(|(generation, ids)| (generation, ids.into_iter().map(PartitionId).collect()))
+        }))
     }
 
     /// Leaves the consumer group, when in one and connected.
@@ -244,12 +248,12 @@ impl IggySource {
     /// (the last offset, when it holds messages).
     pub async fn open(
         &mut self,
-        partition: u32,
+        partition: PartitionId,
         need_head: bool,
-    ) -> Result<(Option<u64>, Option<u64>), IggyError> {
+    ) -> Result<(Option<Offset>, Option<Offset>), IggyError> {
         let t = &self.target;
         let client = self.client.as_mut().ok_or_else(not_connected)?;
-        let stored = client.stored_offset(t, partition).await?;
+        let stored = client.stored_offset(t, partition.0).await?.map(Offset);
         let mut head = None;
         if need_head && stored.is_none() {
             if self.heads.is_none() {
@@ -259,9 +263,9 @@ impl IggySource {
                 .heads
                 .iter()
                 .flatten()
-                .find(|h| h.id == partition)
+                .find(|h| h.id == partition.0)
                 .filter(|h| h.messages_count > 0)
-                .map(|h| h.current_offset);
+                .map(|h| Offset(h.current_offset));
         }
         Ok((stored, head))
     }
@@ -274,24 +278,26 @@ impl IggySource {
     }
 
     /// Stores `offset` (the last delivered) for `partition`.
-    pub async fn store(&mut self, partition: u32, offset: u64) -> Result<(), IggyError> {
+    pub async fn store(&mut self, partition: PartitionId, offset: Offset) -> Result<(), IggyError> {
         let client = self.client.as_mut().ok_or_else(not_connected)?;
-        client.store_offset(&self.target, partition, offset).await
+        client
+            .store_offset(&self.target, partition.0, offset.0)
+            .await
     }
 
     /// Polls up to `count` messages of `partition` from `offset` into `messages`; `None` when
     /// not connected.
     pub async fn poll(
         &mut self,
-        partition: u32,
-        offset: u64,
+        partition: PartitionId,
+        offset: Offset,
         count: u32,
         messages: &mut Vec<Message>,
     ) -> Option<Result<Polled, IggyError>> {
         let client = self.client.as_mut()?;
         Some(
             client
-                .poll(&self.target, partition, offset, count, messages)
+                .poll(&self.target, partition.0, offset.0, count, messages)
                 .await,
         )
     }
