@@ -557,7 +557,6 @@ impl Runner {
     }
 }
 
-/// Gives the other tasks of the shard a turn.
 /// Runs `call` (a sink's), cut short when the shard is told to stop: the call is dropped with
 /// the requests it has under way, and `None` is returned. A stalled destination can hold a sink
 /// call for as long as it likes; Stop must still end the runner, which then stores what is
@@ -582,6 +581,7 @@ async fn unless_stopped<T>(
     }
 }
 
+/// Gives the other tasks of the shard a turn.
 struct YieldNow(bool);
 
 impl std::future::Future for YieldNow {
