@@ -238,7 +238,7 @@ impl ParquetWriter {
         };
         let mut props = WriterProperties::builder()
             .set_compression(codec)
-            .set_max_row_group_size(cfg.row_group_rows.max(1))
+            .set_max_row_group_row_count(Some(cfg.row_group_rows.max(1)))
             .set_created_by(format!("spillway {}", env!("CARGO_PKG_VERSION")));
         // Columns whose values rarely repeat: a dictionary would only be given up again.
         for unique in ["offset", "id", "timestamp", "origin_timestamp", "payload"] {
