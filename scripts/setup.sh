@@ -106,10 +106,18 @@ if ! python3 -c "import duckdb, sys; sys.exit(duckdb.__version__ != '$DUCKDB_VER
   python3 -m pip install -q "duckdb==$DUCKDB_VERSION"
 fi
 
+# PyIceberg: the independent reader of the Iceberg tables the S3 sink commits to (through the
+# same SQL catalog in SQLite, with SQLAlchemy); it reads the data files with the pyarrow above.
+PYICEBERG_VERSION="0.12.0"
+if ! python3 -c "import pyiceberg, sqlalchemy, sys; sys.exit(pyiceberg.__version__ != '$PYICEBERG_VERSION')" 2>/dev/null; then
+  echo "setup: installing pyiceberg[sql-sqlite] $PYICEBERG_VERSION (pip)"
+  python3 -m pip install -q "pyiceberg[sql-sqlite]==$PYICEBERG_VERSION" "pyarrow==$PYARROW_VERSION"
+fi
+
 CARGO_DEB_VERSION="3.8.0"
 if ! (command -v cargo-deb >/dev/null 2>&1 && cargo deb --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"); then
   echo "setup: installing cargo-deb $CARGO_DEB_VERSION (cargo install, a few minutes the first time)"
   cargo install "cargo-deb@$CARGO_DEB_VERSION" --locked
 fi
 
-echo "setup: mosquitto $(mosquitto -h 2>/dev/null | head -n1 | awk '{print $3}'), s3s-fs $S3S_VERSION, pyarrow $PYARROW_VERSION, cargo-fuzz $CARGO_FUZZ_VERSION, cargo-deb $CARGO_DEB_VERSION ready"
+echo "setup: mosquitto $(mosquitto -h 2>/dev/null | head -n1 | awk '{print $3}'), s3s-fs $S3S_VERSION, pyarrow $PYARROW_VERSION, pyiceberg $PYICEBERG_VERSION, cargo-fuzz $CARGO_FUZZ_VERSION, cargo-deb $CARGO_DEB_VERSION ready"

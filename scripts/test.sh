@@ -11,8 +11,10 @@ disk
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
-echo "== cargo clippy (workspace, all targets, warnings are errors)"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo clippy (workspace, all targets, the engine with Iceberg tables; warnings are errors)"
+cargo clippy --workspace --all-targets --locked --features spillway/iceberg -- -D warnings
+echo "== cargo clippy (the engine's default build, without Iceberg tables)"
+cargo clippy -p spillway --all-targets --locked -- -D warnings
 
 echo "== the S3 crate's sans-IO core builds without the runtime (no monoio, rustls or sockets)"
 cargo clippy -p spillway-s3 --no-default-features --lib --locked -- -D warnings
@@ -26,7 +28,8 @@ disk
 echo "== cargo test (unit, property, differential, session and integration tests against real servers)"
 # The bench's S3 peers (aws-sdk-s3, rust-s3) are linted above but not built for tests: they
 # take many minutes to compile and the bench's own tests do not need them.
-cargo test --workspace --locked --exclude spillway-bench
+# The engine with its feature `iceberg` (Iceberg tables, read back with PyIceberg).
+cargo test --workspace --locked --exclude spillway-bench --features spillway/iceberg
 cargo test --locked -p spillway-bench --no-default-features
 # The engine's unit tests as the README's first run builds it (no Parquet, no AWS chain).
 cargo test --locked -p spillway --no-default-features --lib

@@ -23,9 +23,10 @@ pub use mqtt::{
     WillConfig, password_env,
 };
 pub use s3::{
-    AclKind, ChecksumKind, ColumnType, Compression, ConditionalWrites, CredentialSource, Format,
-    FormatOptions, Framing, OnShutdown, PARQUET_OWN_COLUMNS, ParquetColumn, ParquetCompression,
-    ParquetConfig, ParquetPayload, S3SinkConfig, SseKind,
+    AclKind, CatalogKind, ChecksumKind, ColumnType, Compression, ConditionalWrites,
+    CredentialSource, Format, FormatOptions, Framing, IcebergConfig, OnShutdown,
+    PARQUET_OWN_COLUMNS, ParquetColumn, ParquetCompression, ParquetConfig, ParquetPayload,
+    S3SinkConfig, SseKind,
 };
 pub use secret::Secret;
 

@@ -112,6 +112,11 @@ pub struct ParquetConfig {
     /// Typed columns from JSON payloads.
     #[serde(default)]
     pub columns: Vec<ParquetColumn>,
+    /// Set by the sink, not the config: the objects are data files of an Iceberg table
+    /// (`[sink.s3.iceberg]`): every column carries its Iceberg field id, and `partition` and
+    /// `offset` are signed (int, long), as Iceberg has no unsigned types.
+    #[serde(skip)]
+    pub table: bool,
 }
 
 impl Default for ParquetConfig {
@@ -123,6 +128,7 @@ impl Default for ParquetConfig {
             row_group_rows: defaults::row_group_rows(),
             payload: ParquetPayload::default(),
             columns: Vec::new(),
+            table: false,
         }
     }
 }
@@ -496,6 +502,43 @@ pub struct S3SinkConfig {
     /// Longest wait between attempts.
     #[serde(default = "defaults::retry_max")]
     pub retry_max: Dur,
+    /// The objects are the data files of an Apache Iceberg table, committed to it with the
+    /// offsets they hold (`format = "parquet"`, engine feature `iceberg`).
+    pub iceberg: Option<IcebergConfig>,
+}
+
+/// The kind of an Iceberg catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CatalogKind {
+    /// The SQL catalog (iceberg-rust's, PyIceberg's and Java's `JdbcCatalog` layout) in a
+    /// SQLite database.
+    Sql,
+}
+
+/// `[sink.s3.iceberg]`: the table the sink's objects are committed to.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IcebergConfig {
+    /// `sql`.
+    pub catalog: CatalogKind,
+    /// The catalog's database: `sqlite:///PATH` (created when missing with
+    /// `sqlite:///PATH?mode=rwc`).
+    pub uri: String,
+    /// The catalog's name (the SQL catalog's `catalog_name` column).
+    #[serde(default = "defaults::catalog_name")]
+    pub catalog_name: String,
+    /// The table's namespace (dots separate levels); created when missing.
+    pub namespace: String,
+    /// The table; created when missing with the sink's columns, unpartitioned.
+    pub table: String,
+    /// Where the catalog puts new tables: `s3://BUCKET/PATH`, in the sink's bucket (default
+    /// `s3://{bucket}/{prefix}warehouse`).
+    pub warehouse: Option<String>,
+    /// The least time between two commits of the sink; the data files closed meanwhile go
+    /// into one snapshot.
+    #[serde(default = "defaults::commit_interval")]
+    pub commit_interval: Dur,
 }
 
 impl S3SinkConfig {
@@ -601,7 +644,10 @@ impl S3SinkConfig {
             } else {
                 Framing::Separator(self.separator.as_bytes().to_vec())
             },
-            parquet: self.parquet.clone(),
+            parquet: ParquetConfig {
+                table: self.iceberg.is_some(),
+                ..self.parquet.clone()
+            },
         }
     }
 }
@@ -666,6 +712,12 @@ mod defaults {
     }
     pub fn row_group_rows() -> usize {
         1 << 20
+    }
+    pub fn catalog_name() -> String {
+        "spillway".to_owned()
+    }
+    pub fn commit_interval() -> Dur {
+        Dur(Duration::from_secs(10))
     }
     pub fn retry_max() -> Dur {
         Dur(Duration::from_secs(30))

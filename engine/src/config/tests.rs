@@ -550,6 +550,90 @@ fn parquet_settings_load_and_their_mistakes_name_the_key() {
 }
 
 #[test]
+#[cfg(feature = "iceberg")]
+fn iceberg_settings_load_and_their_mistakes_name_the_key() {
+    let with = |extra: &str| format!("{S3}{extra}\n");
+    let table = "[sink.s3.iceberg]\ncatalog = \"sql\"\nuri = \"sqlite:///tmp/c.db?mode=rwc\"\n\
+                 namespace = \"lake.raw\"\ntable = \"events\"";
+    let c = parse_with(&with(&format!("format = \"parquet\"\n{table}")), &[])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let s = c.sinks[0]
+        .s3
+        .as_ref()
+        .unwrap_or_else(|| panic!("no [sink.s3]"));
+    let t = s
+        .iceberg
+        .as_ref()
+        .unwrap_or_else(|| panic!("no [sink.s3.iceberg]"));
+    assert_eq!(t.catalog, super::CatalogKind::Sql);
+    assert_eq!(t.catalog_name, "spillway");
+    assert_eq!(t.commit_interval.0, std::time::Duration::from_secs(10));
+    assert!(
+        s.format_options().parquet.table,
+        "the data files carry field ids"
+    );
+    let cases = [
+        (with(table), "sink[0].s3.format", "must be \"parquet\""),
+        (
+            with(&format!(
+                "format = \"parquet\"\nkey = \"{{header.x}}/{{partition}}-{{first_offset}}\"\n{table}"
+            )),
+            "sink[0].s3.key",
+            "splits",
+        ),
+        (
+            with(&format!(
+                "format = \"parquet\"\n{}",
+                table.replace("sqlite:///tmp/c.db?mode=rwc", "postgres://db")
+            )),
+            "sink[0].s3.iceberg.uri",
+            "SQLite",
+        ),
+        (
+            with(&format!(
+                "format = \"parquet\"\n{}",
+                table.replace("lake.raw", "lake..raw")
+            )),
+            "sink[0].s3.iceberg.namespace",
+            "empty level",
+        ),
+        (
+            with(&format!(
+                "format = \"parquet\"\n{table}\nwarehouse = \"s3://other/wh\""
+            )),
+            "sink[0].s3.iceberg.warehouse",
+            "s3://lake/",
+        ),
+        (
+            with(&format!(
+                "format = \"parquet\"\n{}",
+                table.replace("catalog = \"sql\"", "catalog = \"rest\"")
+            )),
+            "sink[0].s3.iceberg.catalog",
+            "rest",
+        ),
+    ];
+    for (text, key, needle) in cases {
+        let e = error_of(&text);
+        assert!(e.key.starts_with(key), "{key}: {e}");
+        assert!(e.message.contains(needle), "{needle:?} not in: {e}");
+    }
+}
+
+#[test]
+// Without Parquet, `format = "parquet"` is refused first.
+#[cfg(all(feature = "parquet", not(feature = "iceberg")))]
+fn a_build_without_iceberg_refuses_a_table_naming_the_feature() {
+    let text = format!(
+        "{S3}format = \"parquet\"\n[sink.s3.iceberg]\ncatalog = \"sql\"\n\
+         uri = \"sqlite:///tmp/c.db\"\nnamespace = \"n\"\ntable = \"t\"\n"
+    );
+    let e = error_of(&text);
+    assert_eq!(e.key, "sink[0].s3.iceberg");
+    assert!(e.message.contains("--features iceberg"), "{e}");
+}
+
+#[test]
 fn object_options_load_and_their_mistakes_name_the_key() {
     let with = |extra: &str| format!("{S3}{extra}\n");
     let c = parse_with(

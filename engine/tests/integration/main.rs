@@ -12,6 +12,9 @@ mod e2e_check;
 mod e2e_control;
 mod e2e_dashboard;
 mod e2e_file;
+// Commits to an Iceberg table read back with PyIceberg: only with the feature.
+#[cfg(feature = "iceberg")]
+mod e2e_iceberg;
 mod e2e_iggy;
 mod e2e_iggy_cluster;
 mod e2e_logs;

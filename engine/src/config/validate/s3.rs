@@ -216,7 +216,86 @@ pub(super) fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
             "is only for format = \"raw\"",
         ));
     }
-    parquet(c, &key)
+    parquet(c, &key)?;
+    iceberg(c, cfg!(feature = "iceberg"), &key)
+}
+
+/// `[sink.s3.iceberg]`: the build has it, the objects are Parquet data files the table can
+/// take, and the catalog and warehouse are where the sink can reach them.
+pub(super) fn iceberg(
+    c: &crate::config::S3SinkConfig,
+    built: bool,
+    key: &dyn Fn(&str) -> String,
+) -> Result<(), Problem> {
+    let Some(t) = &c.iceberg else {
+        return Ok(());
+    };
+    if !built {
+        return Err(problem(
+            key("iceberg"),
+            "this spillway was built without Iceberg tables: build it with `cargo build \
+             --release -p spillway --features iceberg` (the .deb has them)",
+        ));
+    }
+    if c.format != crate::config::Format::Parquet {
+        return Err(problem(
+            key("format"),
+            "must be \"parquet\" for an Iceberg table (its data files are Parquet)",
+        ));
+    }
+    if c.key.splits() {
+        return Err(problem(
+            key("key"),
+            "splits objects by header or payload values, which an Iceberg table's data files \
+             do not yet: leave {header.*} and {json.*} out",
+        ));
+    }
+    if c.credentials == crate::config::CredentialSource::Chain {
+        return Err(problem(
+            key("credentials"),
+            "an Iceberg table's catalog writes its metadata with static keys: set \
+             access_key_id and secret_access_key (or AWS_ACCESS_KEY_ID and \
+             AWS_SECRET_ACCESS_KEY)",
+        ));
+    }
+    match t.catalog {
+        crate::config::CatalogKind::Sql if !t.uri.starts_with("sqlite:") => {
+            return Err(problem(
+                key("iceberg.uri"),
+                "the SQL catalog takes a SQLite database: sqlite:///PATH (add ?mode=rwc to \
+                 create it)",
+            ));
+        }
+        crate::config::CatalogKind::Sql => {}
+    }
+    for (name, value) in [
+        ("catalog_name", &t.catalog_name),
+        ("namespace", &t.namespace),
+        ("table", &t.table),
+    ] {
+        if value.trim().is_empty() {
+            return Err(problem(
+                key(&format!("iceberg.{name}")),
+                "must not be empty",
+            ));
+        }
+    }
+    if t.namespace.split('.').any(str::is_empty) {
+        return Err(problem(
+            key("iceberg.namespace"),
+            "has an empty level: levels are separated by single dots",
+        ));
+    }
+    if let Some(w) = &t.warehouse {
+        let inside = format!("s3://{}/", c.bucket);
+        if !w.starts_with(&inside) && w != &format!("s3://{}", c.bucket) {
+            return Err(problem(
+                key("iceberg.warehouse"),
+                format!("must be in the sink's bucket: {inside}PATH"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// An S3 sink that would use the AWS credential chain (no static keys, or `credentials =

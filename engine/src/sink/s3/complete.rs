@@ -106,7 +106,14 @@ impl Finisher {
     /// a backoff, if this member still holds it in Iggy, the engine takes it up anew like a
     /// partition newly assigned (the sink takes it over in the store again and starts after
     /// what its successor wrote and Iggy stored), else it lets it go.
-    fn fenced(&self, shared: &Completion, slot: usize, epoch: u64, partition: u32, why: &str) {
+    pub(super) fn fenced(
+        &self,
+        shared: &Completion,
+        slot: usize,
+        epoch: u64,
+        partition: u32,
+        why: &str,
+    ) {
         shared.ledger.borrow_mut().reset();
         let mut next = shared.backoff.get();
         let backoff = next.next_at_least(Duration::from_secs(1));
@@ -281,6 +288,9 @@ pub(super) async fn complete(
     if !waited {
         let _ = upload.abort().await;
         return false;
+    }
+    if let Some(table) = &f.table {
+        return super::table::commit_object(&f, &shared, table, upload, &job).await;
     }
     if f.fencing {
         let new = shared.ledger.borrow_mut().add_claim(job.claim.clone());

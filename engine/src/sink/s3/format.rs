@@ -65,7 +65,7 @@ use crate::message::{Message, PartitionInfo};
 mod compress;
 mod csv;
 #[cfg(feature = "parquet")]
-mod parquet;
+pub(crate) mod parquet;
 #[cfg(not(feature = "parquet"))]
 #[path = "format/parquet_off.rs"]
 mod parquet;

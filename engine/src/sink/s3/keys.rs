@@ -38,11 +38,17 @@ impl S3Sink {
             split: self.splits.then_some(l.split.as_slice()),
         };
         self.cfg.key.render(
-            &self.cfg.prefix,
+            self.data_prefix.as_deref().unwrap_or(&self.cfg.prefix),
             &self.cfg.time_zone,
             &input,
             &mut self.key_buf,
         )?;
+        if self.data_prefix.is_some() {
+            // A table's data file is written once under a name of its own: a range written
+            // again (after a failure, a crash, by another member) is another file, and only
+            // the one the table commits counts (see `table`).
+            return Ok(unique(&self.key_buf, &ext));
+        }
         Ok(self.key_buf.clone())
     }
 
@@ -145,6 +151,18 @@ impl S3Sink {
             previous,
             letter,
         )));
+    }
+}
+
+/// `key` with a random token before its extension `ext` (or at its end).
+pub(super) fn unique(key: &str, ext: &str) -> String {
+    let token = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+    match key
+        .strip_suffix(ext)
+        .and_then(|stem| stem.strip_suffix('.'))
+    {
+        Some(stem) => format!("{stem}-{token}.{ext}"),
+        None => format!("{key}-{token}"),
     }
 }
 

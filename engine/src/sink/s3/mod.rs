@@ -32,6 +32,7 @@ mod objects;
 mod ownership;
 mod rewind;
 mod setup;
+mod table;
 mod upload;
 mod writer;
 
@@ -127,6 +128,10 @@ pub struct S3Sink {
     batch_at: Instant,
     /// The per-message lines of dead letters (a few a second, then a count).
     dead_letter_log: RefCell<crate::ratelog::RateLimit>,
+    /// `[sink.s3.iceberg]`: where the table's data files go (known once the sink started).
+    data_prefix: Option<String>,
+    /// `[sink.s3.iceberg]`: the lease each partition was taken up with.
+    leases: HashMap<u32, u64>,
 }
 
 impl std::fmt::Debug for S3Sink {
@@ -331,6 +336,11 @@ impl Sink for S3Sink {
         self.probe().await?;
         info!(sink = %self.name, bucket = %self.cfg.bucket, "S3 bucket reachable");
         self.probe_conditional_writes().await?;
+        if let Some(table) = &self.finisher.table {
+            let path = table.open().await?;
+            info!(sink = %self.name, prefix = %path.prefix, "Iceberg table open; its data files go under the prefix");
+            self.data_prefix = Some(path.prefix);
+        }
         self.abort_stale_uploads().await;
         Ok(())
     }
@@ -341,6 +351,9 @@ impl Sink for S3Sink {
         topic: &str,
         partition: PartitionId,
     ) -> Result<Option<Offset>, EngineError> {
+        if self.finisher.table.is_some() {
+            return Ok(self.take_up_from_table(partition.0).await?.map(Offset));
+        }
         let done = self.take_over(stream, topic, partition.0).await?;
         Ok(done.map(Offset))
     }

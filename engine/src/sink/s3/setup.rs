@@ -144,6 +144,10 @@ impl S3Sink {
             failing: Rc::default(),
             events: TaskEvents::default(),
             fencing,
+            table: match cfg.iceberg {
+                Some(_) => Some(super::table::Table::of(&config.name, &cfg).map_err(err)?),
+                None => None,
+            },
         };
         let dead_letter = match (config.on_error, &cfg.dead_letter_prefix) {
             (ErrorPolicy::DeadLetter, Some(prefix)) => Some((
@@ -196,6 +200,8 @@ impl S3Sink {
                 crate::ratelog::PER_MESSAGE_INTERVAL,
                 crate::ratelog::PER_MESSAGE_BURST,
             )),
+            data_prefix: None,
+            leases: HashMap::new(),
             cfg,
         })
     }

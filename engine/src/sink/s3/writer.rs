@@ -66,6 +66,8 @@ pub(super) struct Completion {
     /// fenced): its tasks finish, but confirm nothing and ask for no redelivery (the slot
     /// may hold another partition now).
     pub(super) retired: Cell<bool>,
+    /// `[sink.s3.iceberg]`: the lease the partition was taken up with.
+    pub(super) lease: u64,
 }
 
 /// What a completion task tells the sink.
@@ -134,6 +136,8 @@ pub(super) struct Finisher {
     /// `s3.conditional_writes = "require"`: objects are written once (`If-None-Match: *`)
     /// and the marker only over the version this member wrote last (`If-Match`).
     pub(super) fencing: bool,
+    /// `[sink.s3.iceberg]`: the table complete objects are committed to.
+    pub(super) table: Option<super::table::Table>,
 }
 
 impl S3Sink {
@@ -182,6 +186,7 @@ impl S3Sink {
                     fence: RefCell::new(fence),
                     queued: Cell::new(0),
                     retired: Cell::new(false),
+                    lease: self.leases.get(&info.partition.0).copied().unwrap_or(0),
                 }),
                 epoch: self.epochs,
                 counted: 0,

@@ -25,6 +25,11 @@
 //! `payload = "string"`) is refused by [`ParquetWriter::admit`] with the reason, before any
 //! column took a value from it; the sink sends it to `on_error`.
 //!
+//! In an Iceberg table's data files (`ParquetConfig::table`) `partition` is an int32 and
+//! `offset` an int64, and every field carries its Iceberg field id (`PARQUET:field_id`): the
+//! columns in order from 1, then the headers map's key and value. [`table_schema`] is that
+//! schema, which the table is created with.
+//!
 //! The same messages always make the same bytes (no wall-clock time is written), so an object
 //! written again after a failure or a crash is the same object.
 
@@ -34,7 +39,7 @@ use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, BooleanBuilder, Float64Builder, Int64Builder, MapBuilder,
     StringBuilder, TimestampMicrosecondBuilder, UInt32Builder, UInt64Builder,
 };
-use arrow_array::{Array as _, ArrayRef, RecordBatch};
+use arrow_array::{Array as _, ArrayRef, Int32Array, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression as PageCodec, ZstdLevel};
@@ -44,6 +49,9 @@ use serde_json::Value;
 
 use crate::config::{ColumnType, ParquetColumn, ParquetCompression, ParquetConfig, ParquetPayload};
 use crate::message::{Message, PartitionInfo};
+
+/// The field metadata key of a Parquet field id (what Iceberg readers map columns by).
+const FIELD_ID: &str = "PARQUET:field_id";
 
 /// What a row is counted as besides its payload, headers and names: the fixed-size columns
 /// and the builders' offsets.
@@ -102,7 +110,7 @@ impl Columns {
             id: StringBuilder::new(),
             timestamp: ts(),
             origin_timestamp: ts(),
-            headers: map_builder(),
+            headers: map_builder(header_ids(cfg)),
             payload: match cfg.payload {
                 ParquetPayload::Binary => PayloadColumn::Binary(BinaryBuilder::new()),
                 ParquetPayload::String => PayloadColumn::String(StringBuilder::new()),
@@ -124,13 +132,26 @@ impl Columns {
     }
 
     /// The arrays of the rows gathered (the builders are left empty), in schema order.
-    fn finish(&mut self, metadata: bool, headers: bool) -> Vec<ArrayRef> {
+    fn finish(&mut self, metadata: bool, headers: bool, table: bool) -> Vec<ArrayRef> {
         let mut out: Vec<ArrayRef> = Vec::new();
         if metadata {
             out.push(Arc::new(self.stream.finish()));
             out.push(Arc::new(self.topic.finish()));
-            out.push(Arc::new(self.partition.finish()));
-            out.push(Arc::new(self.offset.finish()));
+            let partition = self.partition.finish();
+            let offset = self.offset.finish();
+            if table {
+                // Iggy's partition ids and offsets stay far below the signed limits.
+                let signed = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+                out.push(Arc::new(Int32Array::from_iter_values(
+                    partition.values().iter().map(|&v| signed(v)),
+                )));
+                out.push(Arc::new(Int64Array::from_iter_values(
+                    offset.values().iter().map(|&v| clamp_i64(v)),
+                )));
+            } else {
+                out.push(Arc::new(partition));
+                out.push(Arc::new(offset));
+            }
             out.push(Arc::new(self.id.finish()));
             out.push(Arc::new(self.timestamp.finish()));
             out.push(Arc::new(self.origin_timestamp.finish()));
@@ -157,32 +178,98 @@ impl Columns {
 }
 
 /// The headers' builder, with Parquet's names for a map's parts (`key_value`, `key`, `value`:
-/// the LogicalTypes spec's, which pyarrow and Spark use too) instead of arrow-rs's own.
-fn map_builder() -> MapBuilder<StringBuilder, StringBuilder> {
+/// the LogicalTypes spec's, which pyarrow and Spark use too) instead of arrow-rs's own; with
+/// `ids`, its key and value carry those field ids.
+fn map_builder(ids: Option<(i32, i32)>) -> MapBuilder<StringBuilder, StringBuilder> {
     let names = arrow_array::builder::MapFieldNames {
         entry: "key_value".to_owned(),
         key: "key".to_owned(),
         value: "value".to_owned(),
     };
-    MapBuilder::new(Some(names), StringBuilder::new(), StringBuilder::new())
+    let builder = MapBuilder::new(Some(names), StringBuilder::new(), StringBuilder::new());
+    match ids {
+        Some((key, value)) => builder
+            .with_keys_field(with_id(Field::new("key", DataType::Utf8, false), key))
+            .with_values_field(with_id(Field::new("value", DataType::Utf8, true), value)),
+        None => builder,
+    }
+}
+
+fn with_id(field: Field, id: i32) -> Field {
+    field.with_metadata([(FIELD_ID.to_owned(), id.to_string())].into())
+}
+
+/// The sink's own columns in a table's data files, by field id from 1.
+const OWN_COLUMNS: [&str; 9] = [
+    "stream",
+    "topic",
+    "partition",
+    "offset",
+    "id",
+    "timestamp",
+    "origin_timestamp",
+    "headers",
+    "payload",
+];
+
+/// A column's field id in a table's data files: the sink's own from 1 (whether written or
+/// not), then the typed columns in their order.
+fn field_id(cfg: &ParquetConfig, name: &str) -> i32 {
+    let place = OWN_COLUMNS
+        .iter()
+        .position(|c| *c == name)
+        .unwrap_or_else(|| {
+            OWN_COLUMNS.len()
+                + cfg
+                    .columns
+                    .iter()
+                    .position(|c| c.name == name)
+                    .unwrap_or(cfg.columns.len())
+        });
+    i32::try_from(place + 1).unwrap_or(i32::MAX)
+}
+
+/// The field ids of the headers map's key and value in a table's data files: after the
+/// columns'.
+fn header_ids(cfg: &ParquetConfig) -> Option<(i32, i32)> {
+    cfg.table.then(|| {
+        let after = i32::try_from(OWN_COLUMNS.len() + cfg.columns.len()).unwrap_or(i32::MAX - 2);
+        (after + 1, after + 2)
+    })
+}
+
+/// The Arrow schema of an Iceberg table's data files for `cfg` (`metadata`/`headers` as
+/// `s3.metadata`/`s3.headers`), with the field ids the table is created with.
+#[cfg_attr(not(feature = "iceberg"), allow(dead_code))]
+pub(crate) fn table_schema(cfg: &ParquetConfig, metadata: bool, headers: bool) -> Schema {
+    let cfg = ParquetConfig {
+        table: true,
+        ..cfg.clone()
+    };
+    schema(&cfg, metadata, headers)
 }
 
 /// The Arrow schema of the objects `cfg` describes.
 fn schema(cfg: &ParquetConfig, metadata: bool, headers: bool) -> Schema {
     let ts = || DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into()));
+    let (partition, offset) = if cfg.table {
+        (DataType::Int32, DataType::Int64)
+    } else {
+        (DataType::UInt32, DataType::UInt64)
+    };
     let mut fields = Vec::new();
     if metadata {
         fields.push(Field::new("stream", DataType::Utf8, false));
         fields.push(Field::new("topic", DataType::Utf8, false));
-        fields.push(Field::new("partition", DataType::UInt32, false));
-        fields.push(Field::new("offset", DataType::UInt64, false));
+        fields.push(Field::new("partition", partition, false));
+        fields.push(Field::new("offset", offset, false));
         fields.push(Field::new("id", DataType::Utf8, false));
         fields.push(Field::new("timestamp", ts(), false));
         fields.push(Field::new("origin_timestamp", ts(), false));
     }
     if headers {
         // The map type exactly as the builder makes it (its field names and nullability).
-        let mut probe = map_builder();
+        let mut probe = map_builder(header_ids(cfg));
         fields.push(Field::new(
             "headers",
             probe.finish().data_type().clone(),
@@ -203,6 +290,16 @@ fn schema(cfg: &ParquetConfig, metadata: bool, headers: bool) -> Schema {
             ColumnType::Timestamp => ts(),
         };
         fields.push(Field::new(&c.name, kind, !c.required));
+    }
+    if cfg.table {
+        // Ids by name, so a table's schema keeps its ids whichever columns a sink writes.
+        fields = fields
+            .into_iter()
+            .map(|f| {
+                let id = field_id(cfg, f.name());
+                with_id(f, id)
+            })
+            .collect();
     }
     Schema::new(fields)
 }
@@ -263,7 +360,9 @@ impl ParquetWriter {
         self.writer = None;
         if self.rows > 0 {
             // Rows of a dropped object.
-            let _ = self.cols.finish(self.metadata, self.headers);
+            let _ = self
+                .cols
+                .finish(self.metadata, self.headers, self.cfg.table);
         }
         self.rows = 0;
         self.held = 0;
@@ -371,7 +470,9 @@ impl ParquetWriter {
         if self.rows == 0 {
             return Ok(Vec::new());
         }
-        let arrays = self.cols.finish(self.metadata, self.headers);
+        let arrays = self
+            .cols
+            .finish(self.metadata, self.headers, self.cfg.table);
         self.rows = 0;
         self.held = 0;
         let writer = self

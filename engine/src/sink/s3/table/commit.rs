@@ -1,0 +1,564 @@
+//! The committer thread of a sink's Iceberg table: the catalog (iceberg-rust's SQL catalog, its
+//! metadata written through its S3 FileIO) on a small tokio runtime, and the requests of the
+//! sink's shards over a queue. See the parent module for the protocol.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Datum};
+use iceberg::table::Table as IcebergTable;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{Catalog, CatalogBuilder, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
+use iceberg_catalog_sql::{
+    SQL_CATALOG_PROP_BIND_STYLE, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE,
+    SqlCatalogBuilder,
+};
+use iceberg_storage_opendal::OpenDalStorageFactory;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+
+use super::pinned::Pinned;
+use super::{Committed, DataPath, Lease, NewFile, Verdict, offset_key, offsets_in, verdict};
+use crate::config::{IcebergConfig, S3SinkConfig};
+use crate::error::EngineError;
+use crate::sink::s3::format::parquet::table_schema;
+
+/// Attempts of one commit (a conflict with another writer, a catalog or store failure) before
+/// its files are given back as failed (their partitions are written again).
+const COMMIT_ATTEMPTS: u32 = 8;
+
+/// The field id of the `offset` column (see `format::parquet`): its bounds go into each file's
+/// entry, so a reader looking for offsets skips the files without them.
+const OFFSET_FIELD: i32 = 4;
+
+enum Request {
+    Open(oneshot::Sender<Result<DataPath, EngineError>>),
+    Resume(u32, oneshot::Sender<Result<Lease, EngineError>>),
+    Commit(NewFile, oneshot::Sender<Result<Committed, EngineError>>),
+}
+
+/// The shards' side of a committer.
+pub(super) struct Handle {
+    queue: mpsc::UnboundedSender<Request>,
+}
+
+fn handles() -> &'static Mutex<HashMap<String, Arc<Handle>>> {
+    static HANDLES: OnceLock<Mutex<HashMap<String, Arc<Handle>>>> = OnceLock::new();
+    HANDLES.get_or_init(Default::default)
+}
+
+/// The committer of sink `sink`, started on first use.
+pub(super) fn handle(sink: &str, cfg: &S3SinkConfig) -> Result<Arc<Handle>, String> {
+    let mut all = handles()
+        .lock()
+        .map_err(|_| "the committer registry is poisoned")?;
+    if let Some(h) = all.get(sink)
+        && !h.queue.is_closed()
+    {
+        return Ok(Arc::clone(h));
+    }
+    let committer = Committer::new(sink, cfg)?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name(format!("iceberg-{sink}"))
+        .spawn(move || committer.run(rx))
+        .map_err(|e| format!("cannot start the Iceberg committer thread: {e}"))?;
+    let h = Arc::new(Handle { queue: tx });
+    all.insert(sink.to_owned(), Arc::clone(&h));
+    Ok(h)
+}
+
+impl Handle {
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, EngineError>>) -> Request,
+    ) -> Result<T, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        let gone = || EngineError::transient("the Iceberg committer thread stopped".to_owned());
+        self.queue.send(make(tx)).map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+
+    pub(super) async fn open(&self) -> Result<DataPath, EngineError> {
+        self.ask(Request::Open).await
+    }
+
+    pub(super) async fn resume(&self, partition: u32) -> Result<Lease, EngineError> {
+        self.ask(|tx| Request::Resume(partition, tx)).await
+    }
+
+    pub(super) async fn commit(&self, file: NewFile) -> Result<Committed, EngineError> {
+        self.ask(|tx| Request::Commit(file, tx)).await
+    }
+}
+
+struct Pending {
+    file: NewFile,
+    reply: oneshot::Sender<Result<Committed, EngineError>>,
+}
+
+/// The thread's state.
+struct Committer {
+    sink: String,
+    cfg: IcebergConfig,
+    bucket: String,
+    /// The catalog's and its FileIO's properties (the secret key among them: never logged).
+    props: HashMap<String, String>,
+    schema: arrow_schema::Schema,
+    /// Whether the files have the metadata columns (`offset` among them).
+    metadata: bool,
+    catalog: Option<Arc<dyn Catalog>>,
+    ident: TableIdent,
+    location: Option<DataPath>,
+    leases: HashMap<u32, Lease>,
+    next_lease: u64,
+    last_commit: Option<Instant>,
+}
+
+fn iceberg_error(what: &str, e: &iceberg::Error) -> EngineError {
+    let text = format!("Iceberg {what}: {e}");
+    match e.kind() {
+        ErrorKind::DataInvalid | ErrorKind::FeatureUnsupported => EngineError::permanent(text),
+        _ => EngineError::transient(text),
+    }
+}
+
+impl Committer {
+    fn new(sink: &str, cfg: &S3SinkConfig) -> Result<Committer, String> {
+        let t = cfg
+            .iceberg
+            .clone()
+            .ok_or("the sink has no [sink.s3.iceberg]")?;
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let key_id = cfg
+            .access_key_id
+            .clone()
+            .or_else(|| env("AWS_ACCESS_KEY_ID"))
+            .ok_or("s3.access_key_id (or AWS_ACCESS_KEY_ID) is needed for an Iceberg table")?;
+        let secret = cfg
+            .secret_access_key
+            .as_ref()
+            .map(|s| s.expose().to_owned())
+            .or_else(|| env("AWS_SECRET_ACCESS_KEY"))
+            .ok_or(
+                "s3.secret_access_key (or AWS_SECRET_ACCESS_KEY) is needed for an Iceberg table",
+            )?;
+        let region = cfg
+            .region
+            .clone()
+            .or_else(|| env("AWS_REGION"))
+            .unwrap_or_else(|| "us-east-1".to_owned());
+        let warehouse = t
+            .warehouse
+            .clone()
+            .unwrap_or_else(|| format!("s3://{}/{}warehouse", cfg.bucket, cfg.prefix));
+        let mut props: HashMap<String, String> = [
+            (SQL_CATALOG_PROP_URI, t.uri.clone()),
+            (SQL_CATALOG_PROP_WAREHOUSE, warehouse),
+            (SQL_CATALOG_PROP_BIND_STYLE, "QMark".to_owned()),
+            ("s3.region", region),
+            ("s3.access-key-id", key_id),
+            ("s3.secret-access-key", secret),
+            // Only the keys above: no profile files, and never the instance metadata service.
+            ("s3.disable-ec2-metadata", "true".to_owned()),
+            ("s3.disable-config-load", "true".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let token = cfg
+            .session_token
+            .as_ref()
+            .map(|s| s.expose().to_owned())
+            .or_else(|| env("AWS_SESSION_TOKEN"));
+        if let Some(token) = token {
+            props.insert("s3.session-token".to_owned(), token);
+        }
+        if let Some(endpoint) = &cfg.endpoint {
+            props.insert("s3.endpoint".to_owned(), endpoint.clone());
+        }
+        // As the sink addresses the store: path-style for a custom endpoint unless told.
+        let path_style = cfg.path_style.unwrap_or(cfg.endpoint.is_some());
+        props.insert("s3.path-style-access".to_owned(), path_style.to_string());
+        let namespace = NamespaceIdent::from_strs(t.namespace.split('.'))
+            .map_err(|e| format!("s3.iceberg.namespace: {e}"))?;
+        let ident = TableIdent::new(namespace, t.table.clone());
+        let mut parquet = cfg.parquet.clone();
+        parquet.table = true;
+        Ok(Committer {
+            sink: sink.to_owned(),
+            schema: table_schema(&parquet, cfg.metadata, cfg.headers),
+            metadata: cfg.metadata,
+            bucket: cfg.bucket.clone(),
+            cfg: t,
+            props,
+            catalog: None,
+            ident,
+            location: None,
+            leases: HashMap::new(),
+            next_lease: 1,
+            last_commit: None,
+        })
+    }
+
+    fn run(mut self, mut queue: mpsc::UnboundedReceiver<Request>) {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                warn!(sink = %self.sink, "cannot start the Iceberg committer's runtime: {e}");
+                return;
+            }
+        };
+        let runtime = iceberg::Runtime::new(&rt);
+        rt.block_on(async move {
+            let mut waiting: Vec<Pending> = Vec::new();
+            loop {
+                let request = if waiting.is_empty() {
+                    queue.recv().await
+                } else {
+                    let due = self
+                        .last_commit
+                        .map_or_else(Instant::now, |at| at + self.cfg.commit_interval.0);
+                    let left = due.saturating_duration_since(Instant::now());
+                    match tokio::time::timeout(left, queue.recv()).await {
+                        Ok(r) => r,
+                        Err(_) => {
+                            self.commit_all(std::mem::take(&mut waiting), &runtime)
+                                .await;
+                            continue;
+                        }
+                    }
+                };
+                match request {
+                    None => {
+                        if !waiting.is_empty() {
+                            self.commit_all(std::mem::take(&mut waiting), &runtime)
+                                .await;
+                        }
+                        return;
+                    }
+                    Some(Request::Open(reply)) => {
+                        let _ = reply.send(self.open(&runtime).await);
+                    }
+                    Some(Request::Resume(partition, reply)) => {
+                        let _ = reply.send(self.resume(partition, &runtime).await);
+                    }
+                    Some(Request::Commit(file, reply)) => waiting.push(Pending { file, reply }),
+                }
+            }
+        });
+    }
+
+    async fn catalog(
+        &mut self,
+        runtime: &iceberg::Runtime,
+    ) -> Result<Arc<dyn Catalog>, EngineError> {
+        if let Some(c) = &self.catalog {
+            return Ok(Arc::clone(c));
+        }
+        let catalog = SqlCatalogBuilder::default()
+            .with_storage_factory(Arc::new(OpenDalStorageFactory::S3 {
+                customized_credential_load: None,
+            }))
+            .with_runtime(runtime.clone())
+            .load(self.cfg.catalog_name.clone(), self.props.clone())
+            .await
+            .map_err(|e| {
+                EngineError::transient(format!(
+                    "Iceberg SQL catalog at s3.iceberg.uri {:?}: {e}",
+                    self.cfg.uri
+                ))
+            })?;
+        let catalog: Arc<dyn Catalog> = Arc::new(catalog);
+        self.catalog = Some(Arc::clone(&catalog));
+        Ok(catalog)
+    }
+
+    /// The table, created (with its namespace) when missing; its schema checked against the
+    /// files' and its location against the sink's bucket.
+    async fn open(&mut self, runtime: &iceberg::Runtime) -> Result<DataPath, EngineError> {
+        if let Some(p) = &self.location {
+            return Ok(p.clone());
+        }
+        let catalog = self.catalog(runtime).await?;
+        let ns = self.ident.namespace().clone();
+        let exists = catalog
+            .namespace_exists(&ns)
+            .await
+            .map_err(|e| iceberg_error("namespace", &e))?;
+        if !exists {
+            match catalog.create_namespace(&ns, HashMap::new()).await {
+                Ok(_) => {
+                    info!(sink = %self.sink, namespace = %self.cfg.namespace, "Iceberg namespace created")
+                }
+                Err(e) if e.kind() == ErrorKind::NamespaceAlreadyExists => {}
+                Err(e) => return Err(iceberg_error("creating the namespace", &e)),
+            }
+        }
+        let table = self.load_or_create(&catalog).await?;
+        self.check_schema(&table)?;
+        let location = table.metadata().location();
+        let inside = format!("s3://{}/", self.bucket);
+        let Some(path) = location.strip_prefix(&inside) else {
+            return Err(EngineError::permanent(format!(
+                "Iceberg table {}: its location {location} is not in the sink's bucket {:?} \
+                 (the sink writes the data files)",
+                self.ident, self.bucket
+            )));
+        };
+        let prefix = format!("{}/data/", path.trim_end_matches('/'));
+        let p = DataPath { prefix };
+        self.location = Some(p.clone());
+        Ok(p)
+    }
+
+    async fn load_or_create(
+        &mut self,
+        catalog: &Arc<dyn Catalog>,
+    ) -> Result<IcebergTable, EngineError> {
+        let exists = catalog
+            .table_exists(&self.ident)
+            .await
+            .map_err(|e| iceberg_error("table lookup", &e))?;
+        if exists {
+            return catalog
+                .load_table(&self.ident)
+                .await
+                .map_err(|e| iceberg_error("loading the table", &e));
+        }
+        let schema = iceberg::arrow::arrow_schema_to_schema(&self.schema)
+            .map_err(|e| iceberg_error("the files' schema", &e))?;
+        let creation = TableCreation::builder()
+            .name(self.ident.name().to_owned())
+            .schema(schema)
+            .properties([(
+                "spillway.created-by".to_owned(),
+                format!(
+                    "spillway {} (sink {})",
+                    env!("CARGO_PKG_VERSION"),
+                    self.sink
+                ),
+            )])
+            .build();
+        match catalog.create_table(self.ident.namespace(), creation).await {
+            Ok(t) => {
+                info!(sink = %self.sink, table = %self.ident, location = t.metadata().location(), "Iceberg table created");
+                Ok(t)
+            }
+            // Another member created it meanwhile.
+            Err(e) if e.kind() == ErrorKind::TableAlreadyExists => catalog
+                .load_table(&self.ident)
+                .await
+                .map_err(|e| iceberg_error("loading the table", &e)),
+            Err(e) => Err(iceberg_error("creating the table", &e)),
+        }
+    }
+
+    /// Every column the files have is in the table's schema with the same field id and type,
+    /// and the table is unpartitioned.
+    fn check_schema(&self, table: &IcebergTable) -> Result<(), EngineError> {
+        let ours = iceberg::arrow::arrow_schema_to_schema(&self.schema)
+            .map_err(|e| iceberg_error("the files' schema", &e))?;
+        let theirs = table.metadata().current_schema();
+        for field in ours.as_struct().fields() {
+            let found = theirs.field_by_id(field.id);
+            let fits =
+                found.is_some_and(|f| f.name == field.name && f.field_type == field.field_type);
+            if !fits {
+                return Err(EngineError::permanent(format!(
+                    "Iceberg table {}: its schema does not take the sink's column {:?} \
+                     (field id {}, {}): the table has {}; write to a new table, or make the \
+                     sink's columns (s3.metadata, s3.headers, s3.parquet) the table's",
+                    self.ident,
+                    field.name,
+                    field.id,
+                    field.field_type,
+                    found.map_or_else(
+                        || "no field of that id".to_owned(),
+                        |f| format!("{:?} ({})", f.name, f.field_type)
+                    )
+                )));
+            }
+        }
+        if !table.metadata().default_partition_spec().is_unpartitioned() {
+            return Err(EngineError::permanent(format!(
+                "Iceberg table {} is partitioned: the sink writes unpartitioned tables only so far",
+                self.ident
+            )));
+        }
+        Ok(())
+    }
+
+    /// The offsets of the sink the table records: those of the newest snapshot (back from the
+    /// current one) whose summary has any of the sink's keys.
+    fn table_offsets(&self, table: &IcebergTable) -> Result<BTreeMap<u32, u64>, EngineError> {
+        let meta = table.metadata();
+        let mut at = meta.current_snapshot();
+        while let Some(snapshot) = at {
+            let found =
+                offsets_in(&self.sink, &snapshot.summary().additional_properties).map_err(|e| {
+                    EngineError::permanent(format!(
+                        "Iceberg table {}, snapshot {}: {e}",
+                        self.ident,
+                        snapshot.snapshot_id()
+                    ))
+                })?;
+            if let Some(found) = found {
+                return Ok(found);
+            }
+            at = snapshot
+                .parent_snapshot_id()
+                .and_then(|id| meta.snapshot_by_id(id));
+        }
+        Ok(BTreeMap::new())
+    }
+
+    async fn resume(
+        &mut self,
+        partition: u32,
+        runtime: &iceberg::Runtime,
+    ) -> Result<Lease, EngineError> {
+        self.open(runtime).await?;
+        let catalog = self.catalog(runtime).await?;
+        let table = catalog
+            .load_table(&self.ident)
+            .await
+            .map_err(|e| iceberg_error("loading the table", &e))?;
+        let last = self.table_offsets(&table)?.get(&partition).copied();
+        let lease = Lease {
+            id: self.next_lease,
+            last,
+        };
+        self.next_lease += 1;
+        self.leases.insert(partition, lease);
+        debug!(sink = %self.sink, partition, ?last, lease = lease.id, "partition taken up from the Iceberg table");
+        Ok(lease)
+    }
+
+    /// Commits what waits, in one snapshot, retrying on conflicts and failures; answers every
+    /// file.
+    async fn commit_all(&mut self, mut waiting: Vec<Pending>, runtime: &iceberg::Runtime) {
+        self.last_commit = Some(Instant::now());
+        let mut wait = Duration::from_millis(100);
+        for attempt in 1..=COMMIT_ATTEMPTS {
+            match self.try_commit(&mut waiting, runtime).await {
+                Ok(()) => return,
+                Err(e) if attempt < COMMIT_ATTEMPTS && e.is_transient() => {
+                    debug!(sink = %self.sink, attempt, "Iceberg commit again: {}", e.message);
+                    let jitter = wait.mul_f64(fastrand::f64());
+                    tokio::time::sleep(jitter).await;
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    warn!(sink = %self.sink, files = waiting.len(), "Iceberg commit failed, the files' partitions are written again: {}", e.message);
+                    for p in waiting.drain(..) {
+                        let _ = p.reply.send(Err(e.clone()));
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One attempt: the table read, each file checked against it, the rest appended onto that
+    /// very snapshot. Files decided (fenced, in the table already) are answered and leave
+    /// `waiting`; on success all of it is answered.
+    async fn try_commit(
+        &mut self,
+        waiting: &mut Vec<Pending>,
+        runtime: &iceberg::Runtime,
+    ) -> Result<(), EngineError> {
+        let catalog = self.catalog(runtime).await?;
+        let table = catalog
+            .load_table(&self.ident)
+            .await
+            .map_err(|e| iceberg_error("loading the table", &e))?;
+        let mut offsets = self.table_offsets(&table)?;
+        let mut include = Vec::new();
+        for p in std::mem::take(waiting) {
+            let lease = self.leases.get(&p.file.partition).copied();
+            match verdict(&p.file, lease, offsets.get(&p.file.partition).copied()) {
+                Verdict::Include => include.push(p),
+                Verdict::Already => {
+                    self.settle(&p.file);
+                    let _ = p.reply.send(Ok(Committed::Yes));
+                }
+                Verdict::Fenced(why) => {
+                    // Nothing more of this lease commits.
+                    if lease.is_some_and(|l| l.id == p.file.lease) {
+                        self.leases.remove(&p.file.partition);
+                    }
+                    let _ = p.reply.send(Ok(Committed::Fenced(why)));
+                }
+            }
+        }
+        if include.is_empty() {
+            return Ok(());
+        }
+        let spec = table.metadata().default_partition_spec_id();
+        let mut files = Vec::with_capacity(include.len());
+        for p in &include {
+            let f = &p.file;
+            let mut b = DataFileBuilder::default();
+            b.content(DataContentType::Data)
+                .file_path(format!("s3://{}/{}", self.bucket, f.key))
+                .file_format(DataFileFormat::Parquet)
+                .partition_spec_id(spec)
+                .record_count(f.records)
+                .file_size_in_bytes(f.size);
+            if self.metadata {
+                let long = |o: u64| Datum::long(i64::try_from(o).unwrap_or(i64::MAX));
+                b.lower_bounds(HashMap::from([(OFFSET_FIELD, long(f.first))]))
+                    .upper_bounds(HashMap::from([(OFFSET_FIELD, long(f.last))]));
+            }
+            files.push(b.build().map_err(|e| {
+                EngineError::permanent(format!("Iceberg data file {}: {e}", f.key))
+            })?);
+            offsets.insert(f.partition, f.last);
+        }
+        let summary: HashMap<String, String> = offsets
+            .iter()
+            .map(|(p, o)| (offset_key(&self.sink, *p), o.to_string()))
+            .collect();
+        let tx = Transaction::new(&table);
+        let append = tx
+            .fast_append()
+            .with_check_duplicate(false)
+            .add_data_files(files)
+            .set_snapshot_properties(summary);
+        let tx = append
+            .apply(tx)
+            .map_err(|e| iceberg_error("the append", &e))?;
+        let pinned = Pinned {
+            inner: Arc::clone(&catalog),
+            table,
+        };
+        match tx.commit(&pinned).await {
+            Ok(_) => {
+                debug!(sink = %self.sink, files = include.len(), "Iceberg snapshot committed");
+                for p in include {
+                    self.settle(&p.file);
+                    let _ = p.reply.send(Ok(Committed::Yes));
+                }
+                Ok(())
+            }
+            Err(e) => {
+                *waiting = include;
+                Err(iceberg_error("commit", &e))
+            }
+        }
+    }
+
+    /// A file of the partition's lease is in the table: the lease expects its last offset.
+    fn settle(&mut self, file: &NewFile) {
+        if let Some(l) = self.leases.get_mut(&file.partition)
+            && l.id == file.lease
+        {
+            l.last = Some(file.last);
+        }
+    }
+}
