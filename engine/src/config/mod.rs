@@ -26,7 +26,7 @@ pub use s3::{
     AclKind, CatalogKind, ChecksumKind, ColumnType, Compression, ConditionalWrites,
     CredentialSource, Format, FormatOptions, Framing, IcebergConfig, OnShutdown,
     PARQUET_OWN_COLUMNS, ParquetColumn, ParquetCompression, ParquetConfig, ParquetPayload,
-    S3SinkConfig, SseKind,
+    PartitionField, PartitionTransform, S3SinkConfig, SseKind,
 };
 pub use secret::Secret;
 

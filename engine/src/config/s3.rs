@@ -539,7 +539,73 @@ pub struct IcebergConfig {
     /// into one snapshot.
     #[serde(default = "defaults::commit_interval")]
     pub commit_interval: Dur,
+    /// The table's partition spec: `"COLUMN"` (identity) and `"day(COLUMN)"` / `"hour(COLUMN)"`
+    /// (of a timestamp column); the sink creates the table with it, and an existing table must
+    /// have it.
+    #[serde(default)]
+    pub partition_by: Vec<PartitionField>,
 }
+
+/// An Iceberg partition transform the sink can write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionTransform {
+    Identity,
+    Day,
+    Hour,
+}
+
+/// One field of `s3.iceberg.partition_by`: a column and its transform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionField {
+    pub column: String,
+    pub transform: PartitionTransform,
+}
+
+impl PartitionField {
+    /// Parses `"COLUMN"`, `"identity(COLUMN)"`, `"day(COLUMN)"` or `"hour(COLUMN)"`.
+    pub fn parse(text: &str) -> Result<PartitionField, String> {
+        let text = text.trim();
+        let (transform, column) = match text.split_once('(') {
+            Some((name, rest)) => {
+                let column = rest.strip_suffix(')').ok_or_else(|| {
+                    format!("{text:?}: a transform is written name(COLUMN), with the closing )")
+                })?;
+                let transform = match name.trim() {
+                    "identity" => PartitionTransform::Identity,
+                    "day" => PartitionTransform::Day,
+                    "hour" => PartitionTransform::Hour,
+                    other => {
+                        return Err(format!(
+                            "{text:?}: the transform {other:?} is not one the sink writes: \
+                             identity, day or hour"
+                        ));
+                    }
+                };
+                (transform, column.trim())
+            }
+            None => (PartitionTransform::Identity, text),
+        };
+        if column.is_empty() {
+            return Err(format!("{text:?} names no column"));
+        }
+        Ok(PartitionField {
+            column: column.to_owned(),
+            transform,
+        })
+    }
+
+    /// The partition field's name in the table: the column's for identity, else
+    /// `COLUMN_day` / `COLUMN_hour`.
+    pub fn name(&self) -> String {
+        match self.transform {
+            PartitionTransform::Identity => self.column.clone(),
+            PartitionTransform::Day => format!("{}_day", self.column),
+            PartitionTransform::Hour => format!("{}_hour", self.column),
+        }
+    }
+}
+
+crate::template::from_text!(PartitionField);
 
 impl S3SinkConfig {
     /// The SSE-C key of `sse = "customer"`, from its file or its environment variable (read

@@ -552,6 +552,7 @@ fn parquet_settings_load_and_their_mistakes_name_the_key() {
 #[test]
 #[cfg(feature = "iceberg")]
 fn iceberg_settings_load_and_their_mistakes_name_the_key() {
+    const COLS: &str = "[[sink.s3.parquet.columns]]\nname = \"region\"\npointer = \"/r\"\ntype = \"string\"\n[[sink.s3.parquet.columns]]\nname = \"ts\"\npointer = \"/ts\"\ntype = \"timestamp\"\n";
     let with = |extra: &str| format!("{S3}{extra}\n");
     let table = "[sink.s3.iceberg]\ncatalog = \"sql\"\nuri = \"sqlite:///tmp/c.db?mode=rwc\"\n\
                  namespace = \"lake.raw\"\ntable = \"events\"";
@@ -576,10 +577,53 @@ fn iceberg_settings_load_and_their_mistakes_name_the_key() {
         (with(table), "sink[0].s3.format", "must be \"parquet\""),
         (
             with(&format!(
-                "format = \"parquet\"\nkey = \"{{header.x}}/{{partition}}-{{first_offset}}\"\n{table}"
+                "format = \"parquet\"\n{COLS}{table}\npartition_by = [\"region\"]"
+            )),
+            "sink[0].s3.iceberg.partition_by[0]",
+            "required = true",
+        ),
+        (
+            with(&format!(
+                "format = \"parquet\"\nkey = \"{{partition}}-{{first_offset}}.{{ext}}\"\n{}{table}\npartition_by = [\"region\"]",
+                COLS.replace("type = \"string\"", "type = \"string\"\nrequired = true")
             )),
             "sink[0].s3.key",
-            "splits",
+            "{json./r}",
+        ),
+        (
+            with(&format!(
+                "format = \"parquet\"\n{COLS}{table}\npartition_by = [\"hour(ts)\"]"
+            )),
+            "sink[0].s3.time_source",
+            "\"json:/ts\"",
+        ),
+        (
+            with(&format!(
+                "format = \"parquet\"\ntime_source = \"json:/ts\"\nrecord_interval = \"7m\"\n{COLS}{table}\npartition_by = [\"hour(ts)\"]"
+            )),
+            "sink[0].s3.record_interval",
+            "divide the hour",
+        ),
+        (
+            with(&format!(
+                "format = \"parquet\"\n{COLS}{table}\npartition_by = [\"day(region)\"]"
+            )),
+            "sink[0].s3.iceberg.partition_by[0]",
+            "timestamp column",
+        ),
+        (
+            with(&format!(
+                "format = \"parquet\"\n{COLS}{table}\npartition_by = [\"nope\"]"
+            )),
+            "sink[0].s3.iceberg.partition_by[0]",
+            "no column",
+        ),
+        (
+            with(&format!(
+                "format = \"parquet\"\n{COLS}{table}\npartition_by = [\"month(ts)\"]"
+            )),
+            "sink[0].s3.iceberg.partition_by",
+            "identity, day or hour",
         ),
         (
             with(&format!(

@@ -102,6 +102,19 @@ impl KeyTemplate {
             .any(|p| matches!(p, Piece::Field(Field::Header(_) | Field::Json(_))))
     }
 
+    /// The pointers of the template's split fields in their order (`None` for a header).
+    pub fn split_pointers(&self) -> Vec<Option<&str>> {
+        self.0
+            .pieces()
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Field(Field::Json(pointer)) => Some(Some(pointer.as_str())),
+                Piece::Field(Field::Header(_)) => Some(None),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The values of `m` for the template's `{header.NAME}` and `{json./POINTER}` fields, in
     /// their order, into `out` (cleared first); the error names the field `m` lacks.
     pub fn split_values(&self, m: &Message, out: &mut Vec<String>) -> Result<(), String> {
@@ -317,6 +330,11 @@ pub enum TimeSource {
     /// seconds, milliseconds, microseconds or nanoseconds since the Unix epoch (told apart by
     /// size: below 10^11 seconds, 10^14 milliseconds, 10^17 microseconds).
     Json(String),
+    /// A field of the JSON payload read as a Parquet `timestamp` column reads it: integer
+    /// milliseconds since the epoch, or RFC 3339. Not in the config: an Iceberg table
+    /// partitioned by the day or hour of such a column cuts its files by it, so a file's
+    /// partition value is the column's own.
+    JsonMillis(String),
 }
 
 super::from_text!(TimeSource);
@@ -347,6 +365,21 @@ impl TimeSource {
                 parse_time(&v).map_err(|e| {
                     format!(
                         "s3.time_source reads {pointer} of the payload at offset {}: {e}",
+                        m.offset
+                    )
+                })
+            }
+            TimeSource::JsonMillis(pointer) => {
+                let v = json_field(&m.payload, pointer, m.offset)
+                    .map_err(|e| e.replacen("the key template reads", "s3.time_source reads", 1))?;
+                let micros = match v.parse::<i64>() {
+                    Ok(ms) => ms.checked_mul(1000),
+                    Err(_) => v.parse::<Timestamp>().ok().map(|t| t.as_microsecond()),
+                };
+                micros.and_then(|us| u64::try_from(us).ok()).ok_or_else(|| {
+                    format!(
+                        "the partition column at {pointer} of the payload at offset {} is \
+                             {v:?}: not a time since 1970 in integer milliseconds or RFC 3339",
                         m.offset
                     )
                 })
@@ -442,6 +475,32 @@ mod tests {
     use crate::ids::{PartitionId, Slot};
 
     use bytes::Bytes;
+
+    #[test]
+    fn a_partition_column_s_time_is_read_as_the_column_reads_it() {
+        let m = |payload: &str| Message {
+            offset: 9,
+            id: 1,
+            timestamp: 0,
+            origin_timestamp: 0,
+            payload: Bytes::from(payload.to_owned()),
+            headers: Bytes::new(),
+        };
+        let secs = m(r#"{"ts":1796601600}"#);
+        let json = TimeSource::Json("/ts".to_owned());
+        let column = TimeSource::JsonMillis("/ts".to_owned());
+        // By size as seconds, but as a Parquet timestamp column reads it: milliseconds.
+        assert_eq!(json.micros(&secs).unwrap(), 1_796_601_600_000_000);
+        assert_eq!(column.micros(&secs).unwrap(), 1_796_601_600_000);
+        let text = m(r#"{"ts":"2026-12-07T00:00:00Z"}"#);
+        assert_eq!(column.micros(&text).unwrap(), 1_796_601_600_000_000);
+        assert!(
+            column
+                .micros(&m(r#"{"ts":-5}"#))
+                .unwrap_err()
+                .contains("since 1970")
+        );
+    }
 
     use super::*;
     use crate::message::encode_headers;

@@ -18,6 +18,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::e2e_s3_handover::{
+    Producer, group_topic, pause, real_iggy, seed_timings, start_member, stop_member,
+    wait_group_stored,
+};
+
 use common::{Engine, engine_sections, s3_sink, stop_clean, tail, topic, wait_stored};
 use serde_json::Value;
 use spillway_tests::{IggyServer, S3Server, TestMessage};
@@ -75,6 +80,56 @@ fn pyiceberg_read(db: &Path, s3: &S3Server, ident: &str) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Every offset below `counts[p]` of every partition `p` is in exactly one row of the table,
+/// with the payload produced at it (`{"p":p,"n":offset,…}`); a summary of what was read.
+fn check_rows(table: &Value, counts: &[u64]) -> Result<String, String> {
+    let mut seen: BTreeMap<(u64, u64), u32> = BTreeMap::new();
+    for row in table["rows"].as_array().unwrap() {
+        let (p, o) = (row[0].as_u64().unwrap(), row[1].as_u64().unwrap());
+        let payload: Value = serde_json::from_str(row[2].as_str().unwrap()).unwrap();
+        if payload["p"] != p || payload["n"] != o {
+            return Err(format!(
+                "the row of partition {p} at offset {o} holds {payload}"
+            ));
+        }
+        *seen.entry((p, o)).or_default() += 1;
+    }
+    let twice: Vec<_> = seen
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(k, _)| *k)
+        .collect();
+    if !twice.is_empty() {
+        return Err(format!(
+            "{} rows are in the table more than once: {:?}",
+            twice.len(),
+            &twice[..twice.len().min(20)]
+        ));
+    }
+    for (p, &count) in counts.iter().enumerate() {
+        let missing: Vec<u64> = (0..count)
+            .filter(|o| !seen.contains_key(&(p as u64, *o)))
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "partition {p} misses {} offsets: {:?}",
+                missing.len(),
+                &missing[..missing.len().min(20)]
+            ));
+        }
+    }
+    let expected: u64 = counts.iter().sum();
+    if seen.len() as u64 != expected {
+        return Err(format!("{} rows, {expected} produced", seen.len()));
+    }
+    Ok(format!(
+        "{} rows once each in {} files, {} snapshots",
+        seen.len(),
+        table["files"].as_array().map_or(0, Vec::len),
+        table["snapshots"]
+    ))
 }
 
 fn iceberg_sink(name: &str, t: &common::Topic, s3: &S3Server, db: &Path) -> String {
@@ -137,29 +192,9 @@ fn an_iceberg_table_holds_every_offset_once_through_sigkills() {
     let log = engine.log();
 
     let table = pyiceberg_read(&db, &s3, "lake.raw.events");
-    // Every offset once, with the payload Iggy holds at it.
-    let mut seen: BTreeMap<(u64, u64), u32> = BTreeMap::new();
-    for row in table["rows"].as_array().unwrap() {
-        let (p, o) = (row[0].as_u64().unwrap(), row[1].as_u64().unwrap());
-        let payload: Value = serde_json::from_str(row[2].as_str().unwrap()).unwrap();
-        assert_eq!(payload["p"], p, "row of partition {p} at {o}");
-        assert_eq!(payload["n"], o, "row of partition {p} at {o}");
-        *seen.entry((p, o)).or_default() += 1;
+    if let Err(e) = check_rows(&table, &[sent, sent]) {
+        panic!("{e}\n{}", tail(&log, 40));
     }
-    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(
-        twice.is_empty(),
-        "rows in the table more than once: {twice:?}"
-    );
-    for p in 0..2 {
-        let missing: Vec<u64> = (0..sent).filter(|o| !seen.contains_key(&(p, *o))).collect();
-        assert!(
-            missing.is_empty(),
-            "partition {p} misses offsets {missing:?}\n{}",
-            tail(&log, 40)
-        );
-    }
-    assert_eq!(seen.len() as u64, 2 * sent);
     // The summary carries every partition's last offset.
     for p in 0..2 {
         assert_eq!(
@@ -214,7 +249,7 @@ fn an_iceberg_table_holds_every_offset_once_through_sigkills() {
     let orphans = stored.iter().filter(|k| !committed.contains(*k)).count();
     eprintln!(
         "{} rows in {} files and {} snapshots; {orphans} orphan files",
-        seen.len(),
+        2 * sent,
         committed.len(),
         table["snapshots"]
     );
@@ -224,4 +259,261 @@ fn an_iceberg_table_holds_every_offset_once_through_sigkills() {
             "the table names a file the store lacks: {f}"
         );
     }
+}
+
+/// `[iggy]`, `[runtime]`, `[metrics]` and a consumer group's Iceberg sink on `table`: pings every
+/// 500 ms (a live member is never evicted), the assignment re-read every 200 ms, data files of
+/// about 250 rows, a commit at most every 1.5 s, so a frozen member holds files not committed.
+fn group_config(
+    iggy: &IggyServer,
+    t: &common::Topic,
+    s3: &S3Server,
+    group: &str,
+    db: &Path,
+    table: &str,
+) -> String {
+    let sections = engine_sections(iggy).replace(
+        "reconnect_max = \"500ms\"",
+        "reconnect_max = \"500ms\"\nping_interval = \"500ms\"",
+    );
+    let extra = format!(
+        r#"format = "parquet"
+max_object_size = "256KiB"
+idle_flush = "1s"
+retry_min = "50ms"
+retry_max = "500ms"
+
+[sink.s3.iceberg]
+catalog = "sql"
+uri = "sqlite://{db}?mode=rwc"
+namespace = "lake.raw"
+table = "{table}"
+commit_interval = "1500ms"
+"#,
+        db = db.display()
+    );
+    let sink = s3_sink("icegroup", t, s3, &extra)
+        .lines()
+        .map(|l| {
+            if l.starts_with("partitions = [") {
+                format!("consumer_group = \"{group}\"\ngroup_sync_interval = \"200ms\"")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    sections + &sink + "\n"
+}
+
+/// Two members, two partitions, a live producer, one member frozen (SIGSTOP) for 6-10 s: the
+/// server evicts it after about 2.4 s and its partition goes to the other, which takes it up
+/// from the table. Thawed (SIGCONT), the old owner still holds files of that partition that it
+/// had not committed; whichever of the two commits second for that partition finds the table
+/// moved past what its lease expects and is fenced. The table must hold every offset once.
+#[test]
+fn a_frozen_member_and_its_successor_never_commit_an_offset_twice() {
+    seed_timings();
+    let iggy = real_iggy();
+    let s3 = S3Server::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("catalog.db");
+    let mut outcomes = Vec::new();
+    let mut fenced = 0;
+    for round in 0..2 {
+        let group = "icefrozen";
+        let t = group_topic(&iggy, &format!("icefrozen{round}"), 2, group);
+        let table = format!("frozen{round}");
+        let cfg = group_config(&iggy, &t, &s3, group, &db, &table);
+        let producer = Producer::start(&iggy, &t, 300);
+        let a = start_member(dir.path(), &format!("ice-r{round}-a"), &cfg);
+        let b = start_member(dir.path(), &format!("ice-r{round}-b"), &cfg);
+        let mut engines = [("A", a), ("B", b)];
+        let before = pause(2000..4000);
+        engines[0].1.signal("STOP");
+        let frozen = pause(6000..10_000);
+        engines[0].1.signal("CONT");
+        let after = pause(2500..4500);
+        let counts = producer.finish();
+        let mut problems = Vec::new();
+        if let Err(e) = wait_group_stored(&iggy, &t, group, &counts) {
+            problems.push(e);
+        }
+        for (name, e) in &mut engines {
+            if let Some(p) = stop_member(name, e) {
+                problems.push(p);
+            }
+        }
+        let logs: String = engines.iter().map(|(_, e)| e.log()).collect();
+        if logs.contains("another member committed it") || logs.contains("taken up again") {
+            fenced += 1;
+        }
+        let read = pyiceberg_read(&db, &s3, &format!("lake.raw.{table}"));
+        let what = format!(
+            "round {round}: ran {before:?}, A frozen {frozen:?}, thawed {after:?}, produced {counts:?}"
+        );
+        match check_rows(&read, &counts) {
+            Ok(summary) if problems.is_empty() => outcomes.push(Ok(format!("{what}: {summary}"))),
+            Ok(summary) => {
+                outcomes.push(Err(format!("{what}: {summary}; {}", problems.join("; "))))
+            }
+            Err(e) => {
+                let tails: Vec<String> = engines
+                    .iter()
+                    .map(|(name, e)| format!("{name}:\n{}", tail(&e.log(), 25)))
+                    .collect();
+                outcomes.push(Err(format!("{what}: {e}\n{}", tails.join("\n"))));
+            }
+        }
+    }
+    for o in &outcomes {
+        match o {
+            Ok(s) => eprintln!("ok   {s}"),
+            Err(e) => eprintln!("FAIL {e}"),
+        }
+    }
+    assert!(
+        outcomes.iter().all(Result::is_ok),
+        "a table broke exactly once"
+    );
+    eprintln!("a member was fenced in {fenced} of 2 rounds");
+}
+
+/// Reads every data file of the table through PyIceberg's FileIO and prints one JSON line: the
+/// spec, and per file its partition tuple with the distinct regions and hours of its rows.
+const PYICEBERG_PARTITIONS: &str = r#"
+import json, sys
+import pyarrow.parquet as pq
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.expressions import EqualTo
+
+db, warehouse, endpoint, ak, sk, region, ident = sys.argv[1:8]
+catalog = SqlCatalog("spillway", **{
+    "uri": "sqlite:///" + db, "warehouse": warehouse, "s3.endpoint": endpoint,
+    "s3.access-key-id": ak, "s3.secret-access-key": sk, "s3.region": region,
+    "s3.force-virtual-addressing": "false",
+})
+table = catalog.load_table(ident)
+files = []
+for task in table.scan().plan_files():
+    f = task.file
+    with table.io.new_input(f.file_path).open() as fh:
+        t = pq.read_table(fh, columns=["region", "ts"])
+    files.append({
+        "partition": [f.partition[i] for i in range(len(f.partition))],
+        "regions": sorted(set(t["region"].to_pylist())),
+        "hours": sorted(set(int(x.timestamp() // 3600) for x in t["ts"].to_pylist())),
+        "rows": t.num_rows,
+    })
+eu = table.scan(row_filter=EqualTo("region", "eu")).to_arrow().num_rows
+eu_files = len(list(table.scan(row_filter=EqualTo("region", "eu")).plan_files()))
+print(json.dumps({
+    "spec": [[f.source_id, f.name, str(f.transform)] for f in table.spec().fields],
+    "files": files, "eu_rows": eu, "eu_files": eu_files,
+}))
+"#;
+
+/// A table partitioned by identity of a typed string column and the hour of a typed timestamp
+/// column: every data file holds one region and one hour, its partition tuple says which, and
+/// PyIceberg prunes by it.
+#[test]
+fn a_partitioned_table_has_one_partition_value_per_file() {
+    const N: u64 = 600;
+    let s3 = S3Server::start().unwrap();
+    let iggy = IggyServer::start().unwrap();
+    let mut admin = iggy.admin().unwrap();
+    let t = topic(&iggy, "icepart", 1);
+    // 2026-12-07T00:00:00Z, a message every 20 s: about 3.3 hours (milliseconds, as a
+    // Parquet timestamp column reads numbers).
+    let base = 1_796_601_600_000u64;
+    let regions = ["eu", "us", "ap"];
+    let batch: Vec<TestMessage> = (0..N)
+        .map(|n| {
+            let ts = base + n * 20_000;
+            TestMessage::new(
+                u128::from(n) + 1,
+                format!(
+                    r#"{{"p":0,"n":{n},"region":"{}","ts":{ts}}}"#,
+                    regions[(n % 3) as usize]
+                )
+                .into_bytes(),
+            )
+        })
+        .collect();
+    common::send_all(&mut admin, &t, 0, &batch);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("catalog.db");
+    let extra = format!(
+        r#"format = "parquet"
+time_source = "json:/ts"
+idle_flush = "300ms"
+
+[[sink.s3.parquet.columns]]
+name = "region"
+pointer = "/region"
+type = "string"
+required = true
+
+[[sink.s3.parquet.columns]]
+name = "ts"
+pointer = "/ts"
+type = "timestamp"
+
+[sink.s3.iceberg]
+catalog = "sql"
+uri = "sqlite://{db}?mode=rwc"
+namespace = "lake"
+table = "parted"
+commit_interval = "200ms"
+partition_by = ["region", "hour(ts)"]
+"#,
+        db = db.display()
+    );
+    let cfg = engine_sections(&iggy) + &s3_sink("icepart", &t, &s3, &extra);
+    let mut engine = Engine::start(dir.path(), "icepart", &cfg);
+    wait_stored(&mut engine, &mut admin, &t, "icepart", N - 1, LONG);
+    stop_clean(&mut engine, Duration::from_secs(30));
+
+    let table = pyiceberg_read(&db, &s3, "lake.parted");
+    check_rows(&table, &[N]).unwrap_or_else(|e| panic!("{e}\n{}", tail(&engine.log(), 30)));
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(PYICEBERG_PARTITIONS)
+        .arg(&db)
+        .arg(format!("s3://{}/warehouse", s3.bucket()))
+        .arg(s3.endpoint())
+        .arg(s3.access_key())
+        .arg(s3.secret_key())
+        .arg(s3.region())
+        .arg("lake.parted")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let parts: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Field ids: region and ts are the first two typed columns (10 and 11).
+    assert_eq!(
+        parts["spec"],
+        serde_json::json!([[10, "region", "identity"], [11, "ts_hour", "hour"]])
+    );
+    let files = parts["files"].as_array().unwrap();
+    // 3 regions x 4 hours (00:00 to 03:19).
+    assert_eq!(files.len(), 12, "{}", parts["files"]);
+    let mut rows = 0;
+    for f in files {
+        let regions = f["regions"].as_array().unwrap();
+        let hours = f["hours"].as_array().unwrap();
+        assert_eq!(regions.len(), 1, "a file of several regions: {f}");
+        assert_eq!(hours.len(), 1, "a file of several hours: {f}");
+        assert_eq!(f["partition"][0], regions[0], "{f}");
+        assert_eq!(f["partition"][1], hours[0], "{f}");
+        rows += f["rows"].as_u64().unwrap();
+    }
+    assert_eq!(rows, N);
+    // PyIceberg prunes by the partition: the files of one region only.
+    assert_eq!(parts["eu_rows"], N / 3);
+    assert_eq!(parts["eu_files"], 4);
 }

@@ -33,7 +33,7 @@ use spillway_tests::{
 };
 
 /// The server's heartbeat interval: a member that sends nothing for 1.2 x this is evicted.
-const HEARTBEAT: Duration = Duration::from_secs(2);
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
 /// The sink's name: the same in every engine.
 const SINK: &str = "handover";
 /// How long the group may take to store the last offset once the producer stops.
@@ -42,7 +42,7 @@ const SETTLE: Duration = Duration::from_secs(60);
 /// The real Iggy server with a short heartbeat. An external server (`SPILLWAY_TEST_IGGY`)
 /// cannot be given the heartbeat, and the stand-in's evictions are not the server's: both are
 /// refused rather than used.
-fn real_iggy() -> IggyServer {
+pub(crate) fn real_iggy() -> IggyServer {
     let opts = IggyProcessOpts::new().heartbeat_interval(HEARTBEAT);
     match IggyProcess::start_with(opts) {
         Ok(p) => IggyServer::Real(p),
@@ -99,7 +99,7 @@ const OBJECTS: &str = "max_object_size = \"256KiB\"\nidle_flush = \"1s\"\n\
                        retry_min = \"50ms\"\nretry_max = \"500ms\"";
 
 /// A fresh topic with a consumer group made by the admin.
-fn group_topic(iggy: &IggyServer, name: &str, partitions: u32, group: &str) -> Topic {
+pub(crate) fn group_topic(iggy: &IggyServer, name: &str, partitions: u32, group: &str) -> Topic {
     let t = topic(iggy, name, partitions);
     iggy.admin()
         .unwrap()
@@ -114,13 +114,13 @@ fn group_topic(iggy: &IggyServer, name: &str, partitions: u32, group: &str) -> T
 /// partition, in a batch every 20 ms. Message `n` of partition `p` is at offset `n` (the
 /// topic is fresh and this is its only producer); its payload is the JSON
 /// `{"p":p,"n":n,"pad":"xx…"}` of about 1 KB.
-struct Producer {
+pub(crate) struct Producer {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Vec<u64>>>,
 }
 
 impl Producer {
-    fn start(iggy: &IggyServer, t: &Topic, per_second: u64) -> Producer {
+    pub(crate) fn start(iggy: &IggyServer, t: &Topic, per_second: u64) -> Producer {
         let mut admin = iggy.admin().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let (stream, topic, partitions) = (t.stream.clone(), t.topic.clone(), t.partitions);
@@ -159,7 +159,7 @@ impl Producer {
     }
 
     /// Stops it; how many messages each partition got.
-    fn finish(mut self) -> Vec<u64> {
+    pub(crate) fn finish(mut self) -> Vec<u64> {
         self.stop.store(true, Ordering::SeqCst);
         self.thread
             .take()
@@ -181,7 +181,7 @@ impl Drop for Producer {
 // ---------------------------------------------------------------- engines
 
 /// Starts an engine and waits until it has its first group assignment.
-fn start_member(dir: &std::path::Path, name: &str, cfg: &str) -> Engine {
+pub(crate) fn start_member(dir: &std::path::Path, name: &str, cfg: &str) -> Engine {
     let mut engine = Engine::start(dir, name, cfg);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !engine.log().contains("consumer group assignment") {
@@ -197,7 +197,7 @@ fn start_member(dir: &std::path::Path, name: &str, cfg: &str) -> Engine {
 
 /// SIGTERM, then the exit; a problem (not exit 0 within 30 s) is returned, not raised, so the
 /// objects are checked all the same.
-fn stop_member(name: &str, engine: &mut Engine) -> Option<String> {
+pub(crate) fn stop_member(name: &str, engine: &mut Engine) -> Option<String> {
     if !engine.running() {
         let status = engine.wait(Duration::ZERO);
         return Some(format!(
@@ -224,7 +224,7 @@ fn stop_member(name: &str, engine: &mut Engine) -> Option<String> {
 
 /// Waits until the group's stored offset of every partition is `counts[p] - 1`; the stored
 /// offsets at the deadline otherwise.
-fn wait_group_stored(
+pub(crate) fn wait_group_stored(
     iggy: &IggyServer,
     t: &Topic,
     group: &str,
@@ -533,7 +533,7 @@ fn settle_and_check(
 /// Seeds the timings (pauses, freeze and cut-off lengths) afresh each run, or from
 /// `SPILLWAY_HANDOVER_SEED` (hex, as printed) to replay a run's choices; the processes' own
 /// timing is not replayed.
-fn seed_timings() {
+pub(crate) fn seed_timings() {
     let seed = std::env::var("SPILLWAY_HANDOVER_SEED")
         .ok()
         .map(|s| u64::from_str_radix(s.trim().trim_start_matches("0x"), 16).unwrap())
@@ -543,7 +543,7 @@ fn seed_timings() {
 }
 
 /// Sleeps a random time in `ms`.
-fn pause(ms: std::ops::Range<u64>) -> Duration {
+pub(crate) fn pause(ms: std::ops::Range<u64>) -> Duration {
     let d = Duration::from_millis(fastrand::u64(ms));
     std::thread::sleep(d);
     d

@@ -220,6 +220,149 @@ pub(super) fn validate_s3(i: usize, sink: &SinkConfig) -> Result<(), Problem> {
     iceberg(c, cfg!(feature = "iceberg"), &key)
 }
 
+/// `s3.iceberg.partition_by`: each field a column the files have, with a transform the sink can
+/// cut files by (see `sink::s3::table::spec`).
+fn partition_by(
+    c: &crate::config::S3SinkConfig,
+    t: &crate::config::IcebergConfig,
+    key: &dyn Fn(&str) -> String,
+) -> Result<(), Problem> {
+    use crate::config::{ColumnType, PartitionTransform};
+    use crate::template::key::TimeSource;
+    let mut names = std::collections::HashSet::new();
+    let mut time_fields = 0;
+    for (i, f) in t.partition_by.iter().enumerate() {
+        let at = key(&format!("iceberg.partition_by[{i}]"));
+        if !names.insert(f.name()) {
+            return Err(problem(at, format!("{} is in the spec twice", f.name())));
+        }
+        let typed = c.parquet.columns.iter().find(|col| col.name == f.column);
+        let own = c.metadata
+            && ["partition", "timestamp", "origin_timestamp"].contains(&f.column.as_str());
+        if typed.is_none() && !own {
+            return Err(problem(
+                at,
+                format!(
+                    "{:?} is no column the sink writes that it can partition by: a typed column \
+                     of s3.parquet.columns, or (with s3.metadata) partition, timestamp, \
+                     origin_timestamp",
+                    f.column
+                ),
+            ));
+        }
+        match f.transform {
+            PartitionTransform::Identity => match (f.column.as_str(), typed) {
+                ("partition", None) => {}
+                (_, Some(col))
+                    if matches!(
+                        col.kind,
+                        ColumnType::String | ColumnType::Int64 | ColumnType::Boolean
+                    ) =>
+                {
+                    if !col.required {
+                        return Err(problem(
+                            at,
+                            format!(
+                                "identity on {:?} needs the column required = true: each file \
+                                 holds one value of it, and a message without one has no file",
+                                col.name
+                            ),
+                        ));
+                    }
+                    let default = c.key == crate::template::key::KeyTemplate::default();
+                    if !default && !c.key.split_pointers().contains(&Some(col.pointer.as_str())) {
+                        return Err(problem(
+                            key("key"),
+                            format!(
+                                "must split by the partition column {:?}: put {{json.{}}} in \
+                                 it (or leave s3.key out: the sink then names the files by \
+                                 their partition values)",
+                                col.name, col.pointer
+                            ),
+                        ));
+                    }
+                }
+                _ => {
+                    return Err(problem(
+                        at,
+                        format!(
+                            "identity partitions a string, int64 or boolean typed column, or \
+                             partition; not {:?}",
+                            f.column
+                        ),
+                    ));
+                }
+            },
+            PartitionTransform::Day | PartitionTransform::Hour => {
+                time_fields += 1;
+                let source = match (f.column.as_str(), typed) {
+                    ("timestamp", None) => TimeSource::Append,
+                    ("origin_timestamp", None) => TimeSource::Origin,
+                    (_, Some(col)) if col.kind == ColumnType::Timestamp => {
+                        TimeSource::Json(col.pointer.clone())
+                    }
+                    _ => {
+                        return Err(problem(
+                            at,
+                            format!(
+                                "day and hour take a timestamp column; {:?} is not one",
+                                f.column
+                            ),
+                        ));
+                    }
+                };
+                if c.time_source != source {
+                    let want = match &source {
+                        TimeSource::Append => "\"timestamp\"".to_owned(),
+                        TimeSource::Origin => "\"origin_timestamp\"".to_owned(),
+                        TimeSource::Json(p) | TimeSource::JsonMillis(p) => format!("\"json:{p}\""),
+                    };
+                    return Err(problem(
+                        key("time_source"),
+                        format!(
+                            "must be {want}, the source of the partition column {:?}: objects \
+                             are cut by it, so each file holds one {}",
+                            f.column,
+                            if f.transform == PartitionTransform::Day {
+                                "day"
+                            } else {
+                                "hour"
+                            }
+                        ),
+                    ));
+                }
+                let unit = if f.transform == PartitionTransform::Day {
+                    86_400
+                } else {
+                    3_600
+                };
+                let every = c.record_interval.0.as_secs();
+                if !c.record_interval.0.is_zero()
+                    && (c.record_interval.0.subsec_nanos() != 0 || every == 0 || unit % every != 0)
+                {
+                    return Err(problem(
+                        key("record_interval"),
+                        format!(
+                            "must divide the {} of {}(…) (or be left out: the sink then cuts \
+                             objects at each {})",
+                            if unit == 3_600 { "hour" } else { "day" },
+                            if unit == 3_600 { "hour" } else { "day" },
+                            if unit == 3_600 { "hour" } else { "day" },
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    if time_fields > 1 {
+        return Err(problem(
+            key("iceberg.partition_by"),
+            "takes one day or hour field at most (objects are cut by one time source)",
+        ));
+    }
+    Ok(())
+}
+
 /// `[sink.s3.iceberg]`: the build has it, the objects are Parquet data files the table can
 /// take, and the catalog and warehouse are where the sink can reach them.
 pub(super) fn iceberg(
@@ -241,13 +384,6 @@ pub(super) fn iceberg(
         return Err(problem(
             key("format"),
             "must be \"parquet\" for an Iceberg table (its data files are Parquet)",
-        ));
-    }
-    if c.key.splits() {
-        return Err(problem(
-            key("key"),
-            "splits objects by header or payload values, which an Iceberg table's data files \
-             do not yet: leave {header.*} and {json.*} out",
         ));
     }
     if c.credentials == crate::config::CredentialSource::Chain {
@@ -286,6 +422,7 @@ pub(super) fn iceberg(
             "has an empty level: levels are separated by single dots",
         ));
     }
+    partition_by(c, t, key)?;
     if let Some(w) = &t.warehouse {
         let inside = format!("s3://{}/", c.bucket);
         if !w.starts_with(&inside) && w != &format!("s3://{}", c.bucket) {

@@ -30,6 +30,8 @@ pub(super) struct Job {
     pub(super) partition: u32,
     pub(super) count: u64,
     pub(super) marker: String,
+    /// The time (`s3.time_source`, µs) of its first message.
+    pub(super) time: u64,
 }
 
 /// Why a conditional write of the marker did not happen.

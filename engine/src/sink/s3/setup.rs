@@ -43,10 +43,35 @@ impl S3Sink {
     ) -> Result<S3Sink, EngineError> {
         process_start();
         let err = |e: String| EngineError::config(format!("sink {:?}: {e}", config.name));
-        let cfg = config
+        let mut cfg = config
             .s3
             .clone()
             .ok_or_else(|| err("[sink.s3] is missing".to_owned()))?;
+        let part_sources = match cfg.iceberg.clone() {
+            Some(t) => {
+                // A table's files are cut one partition value each (`table::spec`).
+                if cfg.key == crate::template::key::KeyTemplate::default() {
+                    let text =
+                        super::table::spec::default_key(&t.partition_by, &cfg.parquet.columns);
+                    cfg.key = crate::template::key::KeyTemplate::parse(&text)
+                        .map_err(|e| err(format!("s3.key {text:?}: {e}")))?;
+                }
+                if cfg.record_interval.0.is_zero()
+                    && let Some(every) = super::table::spec::record_interval(&t.partition_by)
+                {
+                    cfg.record_interval = crate::units::Dur(every);
+                }
+                // A typed timestamp column's day or hour: cut by the time as the column reads
+                // it (milliseconds), so each file's value is its rows' own.
+                if let crate::template::key::TimeSource::Json(p) = &cfg.time_source
+                    && super::table::spec::record_interval(&t.partition_by).is_some()
+                {
+                    cfg.time_source = crate::template::key::TimeSource::JsonMillis(p.clone());
+                }
+                super::table::spec::sources(&cfg, &cfg.key).map_err(err)?
+            }
+            None => Vec::new(),
+        };
         let region = cfg.region.clone().unwrap_or_else(|| "us-east-1".to_owned());
         let endpoint = cfg
             .endpoint(&region)
@@ -144,6 +169,7 @@ impl S3Sink {
             failing: Rc::default(),
             events: TaskEvents::default(),
             fencing,
+            part_sources: part_sources.into(),
             table: match cfg.iceberg {
                 Some(_) => Some(super::table::Table::of(&config.name, &cfg).map_err(err)?),
                 None => None,

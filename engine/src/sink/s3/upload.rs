@@ -281,6 +281,7 @@ impl S3Sink {
                 w.info.partition.0,
             ),
             partition: w.info.partition.0,
+            time: open.first.timestamp,
         };
         let previous = w.tail.take();
         let shared = Rc::clone(&w.shared);

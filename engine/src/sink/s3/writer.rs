@@ -136,8 +136,10 @@ pub(super) struct Finisher {
     /// `s3.conditional_writes = "require"`: objects are written once (`If-None-Match: *`)
     /// and the marker only over the version this member wrote last (`If-Match`).
     pub(super) fencing: bool,
-    /// `[sink.s3.iceberg]`: the table complete objects are committed to.
+    /// `[sink.s3.iceberg]`: the table complete objects are committed to, and where each
+    /// partition field's value comes from.
     pub(super) table: Option<super::table::Table>,
+    pub(super) part_sources: Rc<[super::table::spec::ValueSource]>,
 }
 
 impl S3Sink {

@@ -214,7 +214,7 @@ const OWN_COLUMNS: [&str; 9] = [
 
 /// A column's field id in a table's data files: the sink's own from 1 (whether written or
 /// not), then the typed columns in their order.
-fn field_id(cfg: &ParquetConfig, name: &str) -> i32 {
+pub(crate) fn field_id(cfg: &ParquetConfig, name: &str) -> i32 {
     let place = OWN_COLUMNS
         .iter()
         .position(|c| *c == name)

@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Datum};
+use iceberg::spec::{
+    DataContentType, DataFileBuilder, DataFileFormat, Datum, Literal, Struct, Transform,
+    UnboundPartitionSpec,
+};
 use iceberg::table::Table as IcebergTable;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, CatalogBuilder, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
@@ -19,10 +22,12 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
 use super::pinned::Pinned;
+use super::spec::PartValue;
 use super::{Committed, DataPath, Lease, NewFile, Verdict, offset_key, offsets_in, verdict};
+use crate::config::PartitionTransform;
 use crate::config::{IcebergConfig, S3SinkConfig};
 use crate::error::EngineError;
-use crate::sink::s3::format::parquet::table_schema;
+use crate::sink::s3::format::parquet::{field_id, table_schema};
 
 /// Attempts of one commit (a conflict with another writer, a catalog or store failure) before
 /// its files are given back as failed (their partitions are written again).
@@ -108,6 +113,8 @@ struct Committer {
     schema: arrow_schema::Schema,
     /// Whether the files have the metadata columns (`offset` among them).
     metadata: bool,
+    /// The partition spec: each field's source column id, name and transform.
+    spec: Vec<(i32, String, Transform)>,
     catalog: Option<Arc<dyn Catalog>>,
     ident: TableIdent,
     location: Option<DataPath>,
@@ -186,7 +193,20 @@ impl Committer {
         let ident = TableIdent::new(namespace, t.table.clone());
         let mut parquet = cfg.parquet.clone();
         parquet.table = true;
+        let spec = t
+            .partition_by
+            .iter()
+            .map(|f| {
+                let transform = match f.transform {
+                    PartitionTransform::Identity => Transform::Identity,
+                    PartitionTransform::Day => Transform::Day,
+                    PartitionTransform::Hour => Transform::Hour,
+                };
+                (field_id(&parquet, &f.column), f.name(), transform)
+            })
+            .collect();
         Ok(Committer {
+            spec,
             sink: sink.to_owned(),
             schema: table_schema(&parquet, cfg.metadata, cfg.headers),
             metadata: cfg.metadata,
@@ -332,9 +352,16 @@ impl Committer {
         }
         let schema = iceberg::arrow::arrow_schema_to_schema(&self.schema)
             .map_err(|e| iceberg_error("the files' schema", &e))?;
+        let mut spec = UnboundPartitionSpec::builder();
+        for (source, name, transform) in &self.spec {
+            spec = spec
+                .add_partition_field(*source, name, *transform)
+                .map_err(|e| iceberg_error("the partition spec", &e))?;
+        }
         let creation = TableCreation::builder()
             .name(self.ident.name().to_owned())
             .schema(schema)
+            .partition_spec(spec.build())
             .properties([(
                 "spillway.created-by".to_owned(),
                 format!(
@@ -384,10 +411,34 @@ impl Committer {
                 )));
             }
         }
-        if !table.metadata().default_partition_spec().is_unpartitioned() {
+        let theirs: Vec<(i32, &str, Transform)> = table
+            .metadata()
+            .default_partition_spec()
+            .fields()
+            .iter()
+            .map(|f| (f.source_id, f.name.as_str(), f.transform))
+            .collect();
+        let ours: Vec<(i32, &str, Transform)> = self
+            .spec
+            .iter()
+            .map(|(s, n, t)| (*s, n.as_str(), *t))
+            .collect();
+        if theirs != ours {
+            let show = |spec: &[(i32, &str, Transform)]| {
+                if spec.is_empty() {
+                    return "unpartitioned".to_owned();
+                }
+                spec.iter()
+                    .map(|(s, n, t)| format!("{n} = {t}(field {s})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
             return Err(EngineError::permanent(format!(
-                "Iceberg table {} is partitioned: the sink writes unpartitioned tables only so far",
-                self.ident
+                "Iceberg table {} is partitioned {} where s3.iceberg.partition_by says {}: \
+                 make them agree, or write to a new table",
+                self.ident,
+                show(&theirs),
+                show(&ours)
             )));
         }
         Ok(())
@@ -508,6 +559,7 @@ impl Committer {
                 .file_path(format!("s3://{}/{}", self.bucket, f.key))
                 .file_format(DataFileFormat::Parquet)
                 .partition_spec_id(spec)
+                .partition(partition_struct(&f.values))
                 .record_count(f.records)
                 .file_size_in_bytes(f.size);
             if self.metadata {
@@ -561,4 +613,20 @@ impl Committer {
             l.last = Some(file.last);
         }
     }
+}
+
+/// A file's partition values as Iceberg's partition tuple.
+fn partition_struct(values: &[PartValue]) -> Struct {
+    values
+        .iter()
+        .map(|v| {
+            Some(match v {
+                PartValue::Text(s) => Literal::string(s),
+                PartValue::Long(n) => Literal::long(*n),
+                PartValue::Bool(b) => Literal::bool(*b),
+                PartValue::Int(n) => Literal::int(*n),
+                PartValue::Date(d) => Literal::date(*d),
+            })
+        })
+        .collect()
 }

@@ -31,6 +31,7 @@ mod commit;
 #[cfg(feature = "iceberg")]
 mod pinned;
 mod sink;
+pub(crate) mod spec;
 
 pub(super) use self::sink::commit_object;
 
@@ -52,6 +53,8 @@ pub(crate) struct NewFile {
     pub size: u64,
     /// The lease the partition was taken up with ([`Table::resume`]).
     pub lease: u64,
+    /// Its values of the table's partition fields, in the spec's order.
+    pub values: Vec<spec::PartValue>,
 }
 
 /// How a file's commit ended.
@@ -238,6 +241,7 @@ mod tests {
             records: last - first + 1,
             size: 1,
             lease,
+            values: Vec::new(),
         }
     }
 

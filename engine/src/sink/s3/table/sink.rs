@@ -60,6 +60,19 @@ pub(in super::super) async fn commit_object(
     upload: ObjectWriter,
     job: &Job,
 ) -> bool {
+    let values =
+        match super::spec::values(&f.part_sources, &job.claim.values, job.partition, job.time) {
+            Ok(v) => v,
+            Err(e) => {
+                let e = EngineError::permanent(format!(
+                    "the partition values of the data file {}: {e}",
+                    job.claim.key
+                ));
+                let _ = upload.abort().await;
+                f.failed(shared, job.slot, job.epoch, job.partition, job.count, &e);
+                return false;
+            }
+        };
     let size = match upload.close().await {
         Ok(info) => info.size,
         Err(e) => {
@@ -76,6 +89,7 @@ pub(in super::super) async fn commit_object(
         records: job.count,
         size,
         lease: shared.lease,
+        values,
     };
     let asked = Instant::now();
     match table.commit(file).await {
