@@ -240,6 +240,13 @@ pub struct SinkStatus {
     pub objects_open: u64,
     /// S3: bytes held now (encoded output waiting or uploading).
     pub buffered_bytes: u64,
+    /// S3 with an Iceberg table: snapshots the sink committed so far (reported by the sink's
+    /// first shard only: the committer is the sink's, not a shard's).
+    pub table_commits: u64,
+    /// ...data files those snapshots added.
+    pub table_files: u64,
+    /// ...commit attempts that conflicted with another writer or failed, tried again.
+    pub table_retries: u64,
 }
 
 #[cfg(test)]

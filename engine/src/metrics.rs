@@ -64,6 +64,10 @@ pub struct SinkCounters {
     pub sink_objects_open: u64,
     /// S3: bytes held now (a gauge).
     pub sink_buffered_bytes: u64,
+    /// Iceberg: snapshots committed, the data files they added, commit attempts tried again.
+    pub sink_table_commits: u64,
+    pub sink_table_files: u64,
+    pub sink_table_retries: u64,
 }
 
 /// One partition of one sink on one shard.
@@ -295,7 +299,7 @@ impl Merged {
     /// The Prometheus text exposition.
     pub fn prometheus(&self) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [SinkFamily; 16] = [
+        let counters: [SinkFamily; 19] = [
             (
                 "spillway_messages_in_total",
                 "Messages polled from the source.",
@@ -365,6 +369,21 @@ impl Merged {
                 "spillway_sink_requests_total",
                 "Requests the sink sent to its destination, retries included (S3).",
                 |c| c.sink_requests,
+            ),
+            (
+                "spillway_sink_table_commits_total",
+                "Snapshots an S3 sink committed to its Iceberg table.",
+                |c| c.sink_table_commits,
+            ),
+            (
+                "spillway_sink_table_files_total",
+                "Data files the Iceberg snapshots of an S3 sink added.",
+                |c| c.sink_table_files,
+            ),
+            (
+                "spillway_sink_table_retries_total",
+                "Iceberg commit attempts of an S3 sink tried again (a conflict with another writer, a catalog or store failure).",
+                |c| c.sink_table_retries,
             ),
             (
                 "spillway_sink_encoded_bytes_total",
@@ -554,6 +573,9 @@ pub(crate) fn add(into: &mut SinkCounters, c: &SinkCounters) {
     into.sink_uploaded_bytes += c.sink_uploaded_bytes;
     into.sink_objects_open += c.sink_objects_open;
     into.sink_buffered_bytes += c.sink_buffered_bytes;
+    into.sink_table_commits += c.sink_table_commits;
+    into.sink_table_files += c.sink_table_files;
+    into.sink_table_retries += c.sink_table_retries;
 }
 
 pub(crate) fn escape(s: &str) -> String {

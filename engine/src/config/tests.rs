@@ -613,6 +613,14 @@ fn iceberg_settings_load_and_their_mistakes_name_the_key() {
         ),
         (
             with(&format!(
+                "format = \"parquet\"\ntls_ca = \"{}/Cargo.toml\"\n{table}",
+                env!("CARGO_MANIFEST_DIR")
+            )),
+            "sink[0].s3.tls_ca",
+            "OpenDAL",
+        ),
+        (
+            with(&format!(
                 "format = \"parquet\"\n{COLS}{table}\npartition_by = [\"nope\"]"
             )),
             "sink[0].s3.iceberg.partition_by[0]",

@@ -579,5 +579,8 @@ impl Flow {
         stats.counters.sink_uploaded_bytes = status.uploaded_bytes;
         stats.counters.sink_objects_open = status.objects_open;
         stats.counters.sink_buffered_bytes = status.buffered_bytes;
+        stats.counters.sink_table_commits = status.table_commits;
+        stats.counters.sink_table_files = status.table_files;
+        stats.counters.sink_table_retries = status.table_retries;
     }
 }

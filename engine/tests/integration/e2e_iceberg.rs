@@ -155,15 +155,57 @@ commit_interval = "700ms"
 
 #[test]
 fn an_iceberg_table_holds_every_offset_once_through_sigkills() {
+    let s3 = S3Server::start().unwrap();
+    sigkill_rounds(&s3, None);
+}
+
+/// The same through a fault proxy in front of the store: 5% of the requests answered 500,
+/// 5% 503 SlowDown, 2% cut mid-body; the sink's uploads and the catalog's metadata writes and
+/// reads alike (the catalog's FileIO goes through the proxy too).
+#[test]
+fn an_iceberg_table_holds_every_offset_once_through_store_faults_and_sigkills() {
+    use spillway_tests::{FaultPlan, FaultProxy};
+    let s3 = S3Server::start().unwrap();
+    let seed = fastrand::u64(..);
+    eprintln!("fault seed {seed}");
+    let plan = FaultPlan::seeded(seed)
+        .status_500(0.05)
+        .slow_down_503(0.05)
+        .drop_mid_body(0.02);
+    let proxy = FaultProxy::start(s3.addr(), plan).unwrap();
+    sigkill_rounds(&s3, Some(&proxy));
+    let stats = proxy.stats();
+    let heads = proxy.requests();
+    let metadata = heads
+        .iter()
+        .filter(|h| h.target.contains("/metadata/"))
+        .count();
+    eprintln!(
+        "{} of {} requests faulted; {metadata} of the catalog's metadata requests went through the proxy",
+        stats.faults(),
+        heads.len()
+    );
+    assert!(stats.faults() > 0, "no fault was injected");
+    assert!(
+        metadata > 0,
+        "the catalog's FileIO did not go through the proxy"
+    );
+}
+
+/// Messages sent in rounds, each round an engine killed at a random point, then one that
+/// finishes; the table checked through PyIceberg (reading the store directly).
+fn sigkill_rounds(s3: &S3Server, proxy: Option<&spillway_tests::FaultProxy>) {
     const ROUNDS: u64 = 5;
     const PER_ROUND: u64 = 120;
-    let s3 = S3Server::start().unwrap();
     let iggy = IggyServer::start().unwrap();
     let mut admin = iggy.admin().unwrap();
     let t = topic(&iggy, "ice", 2);
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("catalog.db");
-    let cfg = engine_sections(&iggy) + &iceberg_sink("ice", &t, &s3, &db);
+    let mut cfg = engine_sections(&iggy) + &iceberg_sink("ice", &t, s3, &db);
+    if let Some(proxy) = proxy {
+        cfg = cfg.replace(&s3.endpoint(), &format!("http://{}", proxy.host_port()));
+    }
     let mut sent = 0u64;
     let mut seed = fastrand::Rng::new();
     eprintln!("seed {}", seed.get_seed());
@@ -191,7 +233,7 @@ fn an_iceberg_table_holds_every_offset_once_through_sigkills() {
     stop_clean(&mut engine, Duration::from_secs(30));
     let log = engine.log();
 
-    let table = pyiceberg_read(&db, &s3, "lake.raw.events");
+    let table = pyiceberg_read(&db, s3, "lake.raw.events");
     if let Err(e) = check_rows(&table, &[sent, sent]) {
         panic!("{e}\n{}", tail(&log, 40));
     }
@@ -469,9 +511,33 @@ partition_by = ["region", "hour(ts)"]
 "#,
         db = db.display()
     );
-    let cfg = engine_sections(&iggy) + &s3_sink("icepart", &t, &s3, &extra);
+    let metrics = std::net::SocketAddr::from((
+        std::net::Ipv4Addr::LOCALHOST,
+        spillway_tests::ports::free_loopback_port().unwrap(),
+    ));
+    let cfg = engine_sections(&iggy).replace("address = \"\"", &format!("address = \"{metrics}\""))
+        + &s3_sink("icepart", &t, &s3, &extra);
     let mut engine = Engine::start(dir.path(), "icepart", &cfg);
     wait_stored(&mut engine, &mut admin, &t, "icepart", N - 1, LONG);
+    // The commit metrics: the 12 files (checked below) in at least one snapshot.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (files, commits) = loop {
+        let body = common::scrape_metrics(metrics).unwrap_or_default();
+        let of = |name: &str| common::metric_of_sink(&body, name, "icepart").unwrap_or(0.0);
+        let got = (
+            of("spillway_sink_table_files_total"),
+            of("spillway_sink_table_commits_total"),
+        );
+        if got.0 >= 12.0 || std::time::Instant::now() > deadline {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(files, 12.0, "spillway_sink_table_files_total");
+    assert!(
+        (1.0..=12.0).contains(&commits),
+        "spillway_sink_table_commits_total {commits}"
+    );
     stop_clean(&mut engine, Duration::from_secs(30));
 
     let table = pyiceberg_read(&db, &s3, "lake.parted");

@@ -38,6 +38,11 @@ fn every_example_config_is_valid() {
     for path in &files {
         let shown = path.display();
         let text = std::fs::read_to_string(path).unwrap();
+        // A build without Iceberg tables refuses such a sink (naming the feature): the example
+        // is checked by the builds that have them (CI's).
+        if !cfg!(feature = "iceberg") && text.contains("[sink.s3.iceberg]") {
+            continue;
+        }
         let mut doc: Table = text
             .parse()
             .unwrap_or_else(|e| panic!("{shown}: not valid TOML: {e}"));

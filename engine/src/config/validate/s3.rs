@@ -386,6 +386,14 @@ pub(super) fn iceberg(
             "must be \"parquet\" for an Iceberg table (its data files are Parquet)",
         ));
     }
+    if c.tls_ca.is_some() {
+        return Err(problem(
+            key("tls_ca"),
+            "an Iceberg table's metadata is written through OpenDAL, which trusts the \
+             system's and Mozilla's roots only, not a CA of the sink's: use a store whose \
+             certificate chains to them",
+        ));
+    }
     if c.credentials == crate::config::CredentialSource::Chain {
         return Err(problem(
             key("credentials"),

@@ -548,6 +548,7 @@ impl Sink for S3Sink {
             uploaded_bytes: stats.body_bytes,
             objects_open: open.sum::<usize>() as u64,
             buffered_bytes: self.total.current(),
+            ..self.table_status()
         }
     }
 

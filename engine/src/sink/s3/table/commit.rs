@@ -3,6 +3,7 @@
 //! sink's shards over a queue. See the parent module for the protocol.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -46,6 +47,7 @@ enum Request {
 /// The shards' side of a committer.
 pub(super) struct Handle {
     queue: mpsc::UnboundedSender<Request>,
+    stats: Arc<super::TableStats>,
 }
 
 fn handles() -> &'static Mutex<HashMap<String, Arc<Handle>>> {
@@ -53,28 +55,39 @@ fn handles() -> &'static Mutex<HashMap<String, Arc<Handle>>> {
     HANDLES.get_or_init(Default::default)
 }
 
-/// The committer of sink `sink`, started on first use.
+/// The committer of sink `sink` on the table `cfg` names, started on first use (an engine run
+/// again in one process with another table gets another committer).
 pub(super) fn handle(sink: &str, cfg: &S3SinkConfig) -> Result<Arc<Handle>, String> {
     let mut all = handles()
         .lock()
         .map_err(|_| "the committer registry is poisoned")?;
-    if let Some(h) = all.get(sink)
+    let key = match &cfg.iceberg {
+        Some(t) => format!("{sink}\n{}\n{}.{}", t.uri, t.namespace, t.table),
+        None => sink.to_owned(),
+    };
+    if let Some(h) = all.get(&key)
         && !h.queue.is_closed()
     {
         return Ok(Arc::clone(h));
     }
-    let committer = Committer::new(sink, cfg)?;
+    let stats = Arc::new(super::TableStats::default());
+    let mut committer = Committer::new(sink, cfg)?;
+    committer.stats = Arc::clone(&stats);
     let (tx, rx) = mpsc::unbounded_channel();
     std::thread::Builder::new()
         .name(format!("iceberg-{sink}"))
         .spawn(move || committer.run(rx))
         .map_err(|e| format!("cannot start the Iceberg committer thread: {e}"))?;
-    let h = Arc::new(Handle { queue: tx });
-    all.insert(sink.to_owned(), Arc::clone(&h));
+    let h = Arc::new(Handle { queue: tx, stats });
+    all.insert(key, Arc::clone(&h));
     Ok(h)
 }
 
 impl Handle {
+    pub(super) fn stats(&self) -> &super::TableStats {
+        &self.stats
+    }
+
     async fn ask<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, EngineError>>) -> Request,
@@ -121,6 +134,11 @@ struct Committer {
     leases: HashMap<u32, Lease>,
     next_lease: u64,
     last_commit: Option<Instant>,
+    stats: Arc<super::TableStats>,
+    /// The longest one exchange with the catalog (an open, a take-up, one commit attempt)
+    /// may take: a store or catalog that stops answering must not hold the sink's commits
+    /// for ever. Four of the sink's `request_timeout`s.
+    deadline: Duration,
 }
 
 fn iceberg_error(what: &str, e: &iceberg::Error) -> EngineError {
@@ -219,6 +237,8 @@ impl Committer {
             leases: HashMap::new(),
             next_lease: 1,
             last_commit: None,
+            stats: Arc::default(),
+            deadline: cfg.request_timeout.0.saturating_mul(4),
         })
     }
 
@@ -262,10 +282,20 @@ impl Committer {
                         return;
                     }
                     Some(Request::Open(reply)) => {
-                        let _ = reply.send(self.open(&runtime).await);
+                        let deadline = self.deadline;
+                        let opened =
+                            within(deadline, "opening the table", self.open(&runtime)).await;
+                        let _ = reply.send(opened);
                     }
                     Some(Request::Resume(partition, reply)) => {
-                        let _ = reply.send(self.resume(partition, &runtime).await);
+                        let deadline = self.deadline;
+                        let lease = within(
+                            deadline,
+                            "taking a partition up",
+                            self.resume(partition, &runtime),
+                        )
+                        .await;
+                        let _ = reply.send(lease);
                     }
                     Some(Request::Commit(file, reply)) => waiting.push(Pending { file, reply }),
                 }
@@ -496,9 +526,13 @@ impl Committer {
         self.last_commit = Some(Instant::now());
         let mut wait = Duration::from_millis(100);
         for attempt in 1..=COMMIT_ATTEMPTS {
-            match self.try_commit(&mut waiting, runtime).await {
+            let deadline = self.deadline;
+            // A commit cut short may have landed: the next attempt's check finds it in the
+            // table (the file's own last offset) and answers it so.
+            match within(deadline, "a commit", self.try_commit(&mut waiting, runtime)).await {
                 Ok(()) => return,
                 Err(e) if attempt < COMMIT_ATTEMPTS && e.is_transient() => {
+                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
                     debug!(sink = %self.sink, attempt, "Iceberg commit again: {}", e.message);
                     let jitter = wait.mul_f64(fastrand::f64());
                     tokio::time::sleep(jitter).await;
@@ -529,6 +563,8 @@ impl Committer {
             .await
             .map_err(|e| iceberg_error("loading the table", &e))?;
         let mut offsets = self.table_offsets(&table)?;
+        // Decided and answered without an await: a deadline that cuts the attempt short
+        // leaves every file not answered in `waiting`, for the next attempt.
         let mut include = Vec::new();
         for p in std::mem::take(waiting) {
             let lease = self.leases.get(&p.file.partition).copied();
@@ -547,12 +583,13 @@ impl Committer {
                 }
             }
         }
-        if include.is_empty() {
+        *waiting = include;
+        if waiting.is_empty() {
             return Ok(());
         }
         let spec = table.metadata().default_partition_spec_id();
-        let mut files = Vec::with_capacity(include.len());
-        for p in &include {
+        let mut files = Vec::with_capacity(waiting.len());
+        for p in waiting.iter() {
             let f = &p.file;
             let mut b = DataFileBuilder::default();
             b.content(DataContentType::Data)
@@ -591,17 +628,18 @@ impl Committer {
         };
         match tx.commit(&pinned).await {
             Ok(_) => {
-                debug!(sink = %self.sink, files = include.len(), "Iceberg snapshot committed");
-                for p in include {
+                debug!(sink = %self.sink, files = waiting.len(), "Iceberg snapshot committed");
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .files
+                    .fetch_add(waiting.len() as u64, Ordering::Relaxed);
+                for p in std::mem::take(waiting) {
                     self.settle(&p.file);
                     let _ = p.reply.send(Ok(Committed::Yes));
                 }
                 Ok(())
             }
-            Err(e) => {
-                *waiting = include;
-                Err(iceberg_error("commit", &e))
-            }
+            Err(e) => Err(iceberg_error("commit", &e)),
         }
     }
 
@@ -629,4 +667,20 @@ fn partition_struct(values: &[PartValue]) -> Struct {
             })
         })
         .collect()
+}
+
+/// `work`, or a transient error once `deadline` passed.
+async fn within<T>(
+    deadline: Duration,
+    what: &str,
+    work: impl std::future::Future<Output = Result<T, EngineError>>,
+) -> Result<T, EngineError> {
+    tokio::time::timeout(deadline, work)
+        .await
+        .unwrap_or_else(|_| {
+            Err(EngineError::transient(format!(
+                "Iceberg: {what} took longer than {} (4 x s3.request_timeout)",
+                crate::units::Rounded(deadline)
+            )))
+        })
 }

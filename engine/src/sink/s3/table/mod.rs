@@ -89,6 +89,14 @@ impl std::fmt::Debug for Table {
     }
 }
 
+/// What the sink's committer did so far.
+#[derive(Debug, Default)]
+pub(crate) struct TableStats {
+    pub commits: std::sync::atomic::AtomicU64,
+    pub files: std::sync::atomic::AtomicU64,
+    pub retries: std::sync::atomic::AtomicU64,
+}
+
 /// Where the table's data files go: the sink's bucket, under this key prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DataPath {
@@ -143,6 +151,25 @@ impl Table {
             Err(EngineError::permanent(
                 "no Iceberg tables in this build".to_owned(),
             ))
+        }
+    }
+
+    /// What the committer did so far.
+    pub(crate) fn stats(&self) -> crate::acks::SinkStatus {
+        #[cfg(feature = "iceberg")]
+        {
+            use std::sync::atomic::Ordering::Relaxed;
+            let s = self.inner.stats();
+            crate::acks::SinkStatus {
+                table_commits: s.commits.load(Relaxed),
+                table_files: s.files.load(Relaxed),
+                table_retries: s.retries.load(Relaxed),
+                ..Default::default()
+            }
+        }
+        #[cfg(not(feature = "iceberg"))]
+        {
+            crate::acks::SinkStatus::default()
         }
     }
 

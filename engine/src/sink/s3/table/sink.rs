@@ -15,6 +15,15 @@ use crate::error::EngineError;
 use crate::units::{Backoff, Rounded};
 
 impl S3Sink {
+    /// The table's commit counts, from the sink's first shard (zeros from the others and
+    /// without a table).
+    pub(in super::super) fn table_status(&self) -> crate::acks::SinkStatus {
+        match &self.finisher.table {
+            Some(table) if self.lead => table.stats(),
+            _ => crate::acks::SinkStatus::default(),
+        }
+    }
+
     /// Takes `partition` up from the table: the last offset it records (the engine starts
     /// after it), under a new lease the partition's commits carry. A catalog that fails for
     /// now is waited for; one that refuses for good stops the sink.
