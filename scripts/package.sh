@@ -12,7 +12,11 @@ cd "$(dirname "$0")/.."
 install=false
 [ "${1:-}" = "--install" ] && install=true
 
-cargo build --release --locked -p spillway --bin spillway
+# The package has Iceberg tables (the feature `iceberg`; the README's first run leaves it out).
+cargo build --release --locked -p spillway --bin spillway --features iceberg
+SPILLWAY_IGGY_PASSWORD=x AWS_ACCESS_KEY_ID=x AWS_SECRET_ACCESS_KEY=x \
+    target/release/spillway check --config examples/iggy-to-iceberg.toml >/dev/null ||
+    { echo "package: the release binary refuses the Iceberg example (built without the feature?)" >&2; exit 1; }
 rm -rf target/debian
 cargo deb -p spillway --no-build --locked --output target/debian/
 deb=$(ls target/debian/*.deb)

@@ -38,7 +38,8 @@ disk
 echo "== bench smoke run: every scenario, quick (writes target/bench/report.md, report.json and each scenario's JSON)"
 rm -f target/bench/report.md target/bench/report.json
 # The pipeline, scaling and latency scenarios run the release engine binary as its own process.
-cargo build --release --locked -p spillway --bin spillway
+# With Iceberg tables, as the package has them (scripts/package.sh builds the same binary).
+cargo build --release --locked -p spillway --bin spillway --features iceberg
 cargo run --release --locked -p spillway-bench --no-default-features -- all --quick
 test -s target/bench/report.md && test -s target/bench/report.json
 

@@ -104,6 +104,8 @@ pub struct Measure {
     pub requests: Option<u64>,
     /// How far the process's RSS rose above its level at the start (ours, in-process).
     pub rss_growth: Option<u64>,
+    /// Ours with an Iceberg table: the snapshots committed and the data files they added.
+    pub table: Option<(u64, u64)>,
 }
 
 /// Runs `run` on a new thread named `name`, after `prepare` (on the same thread, before the
@@ -158,6 +160,7 @@ pub fn timed<P, R: Send>(
                     .map(|(b, a)| a.saturating_sub(b)),
                 requests: None,
                 rss_growth: None,
+                table: None,
             },
             r,
         ))
@@ -178,6 +181,9 @@ enum Client {
     OursRaw,
     /// The engine, `parquet` format.
     OursParquet(Pq),
+    /// The engine, `parquet` (zstd, payload binary) committed to an Iceberg table (SQL catalog
+    /// in SQLite, [`ICEBERG_COMMIT_INTERVAL`]).
+    OursIceberg,
     /// The engine, json_lines with zstd, keys split by the payload's site ([`SPLIT_KEY`]):
     /// eight objects open per partition.
     OursSplit,
@@ -199,6 +205,11 @@ impl Client {
             Client::OursSingle => "ours, json_lines, none, 8 MiB objects (PutObject)".to_owned(),
             Client::OursRaw => "ours, raw, none".to_owned(),
             Client::OursParquet(pq) => format!("ours, parquet, {}", pq.name()),
+            Client::OursIceberg => format!(
+                "ours, parquet, {}, Iceberg table (commits every {} at most)",
+                Pq::Zstd.name(),
+                iceberg_interval()
+            ),
             Client::OursSplit => "ours, json_lines, zstd, key split by {json./site}".to_owned(),
             Client::Uploader => LIMIT.to_owned(),
             Client::Peer => PEER.to_owned(),
@@ -213,6 +224,7 @@ impl Client {
             Client::OursSingle => "ours-single".to_owned(),
             Client::OursRaw => "ours-raw".to_owned(),
             Client::OursParquet(pq) => format!("ours-parquet-{}", pq.tag()),
+            Client::OursIceberg => "ours-iceberg".to_owned(),
             Client::OursSplit => "ours-split".to_owned(),
             Client::Uploader => "uploader".to_owned(),
             Client::Peer => "peer".to_owned(),
@@ -223,6 +235,30 @@ impl Client {
 /// The split row's key: one object per site (8 in the data) per partition, each holding only
 /// its site's messages (checked after each run).
 const SPLIT_KEY: &str = "key = \"{json./site}/{partition}-{first_offset}.{ext}\"";
+
+/// The Iceberg row's `commit_interval` (unless [`ICEBERG_INTERVAL_ENV`] says otherwise).
+const ICEBERG_COMMIT_INTERVAL: &str = "1s";
+
+/// Overrides the Iceberg row's `commit_interval` (e.g. `5s`), to see what it bounds.
+const ICEBERG_INTERVAL_ENV: &str = "SPILLWAY_BENCH_ICEBERG_COMMIT_INTERVAL";
+
+fn iceberg_interval() -> String {
+    std::env::var(ICEBERG_INTERVAL_ENV)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| ICEBERG_COMMIT_INTERVAL.to_owned())
+}
+
+/// The `[sink.s3.iceberg]` of the Iceberg row, its catalog a SQLite file at `db`.
+fn iceberg_config(db: &Path) -> String {
+    format!(
+        "{}\n[sink.s3.iceberg]\ncatalog = \"sql\"\nuri = \"sqlite://{}?mode=rwc\"\n\
+         namespace = \"bench\"\ntable = \"events\"\ncommit_interval = \"{}\"",
+        Pq::Zstd.config(),
+        db.display(),
+        iceberg_interval()
+    )
+}
 
 /// The Parquet variants measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -355,6 +391,7 @@ fn one(
         | Client::OursSingle
         | Client::OursRaw
         | Client::OursParquet(_)
+        | Client::OursIceberg
         | Client::OursSplit => {
             let (codec, integrity) = match client {
                 Client::OursWith(i) => (Codec::None, i),
@@ -362,6 +399,9 @@ fn one(
                 Client::OursSplit => (Codec::Zstd, ours::Integrity::Crc32c),
                 _ => (Codec::None, ours::Integrity::Crc32c),
             };
+            // The Iceberg row's catalog: a fresh SQLite file per run.
+            let catalog = std::env::temp_dir().join(format!("{name}-catalog.db"));
+            let _ = std::fs::remove_file(&catalog);
             let measure = ours::run(&ours::Job {
                 iggy: fx.iggy,
                 stream: fx.stream,
@@ -380,18 +420,21 @@ fn one(
                 single: client == Client::OursSingle,
                 format: match client {
                     Client::OursRaw => "raw",
-                    Client::OursParquet(_) => "parquet",
+                    Client::OursParquet(_) | Client::OursIceberg => "parquet",
                     _ => "json_lines",
                 },
                 extra: match client {
-                    Client::OursParquet(pq) => pq.config(),
-                    Client::OursSplit => SPLIT_KEY,
-                    _ => "",
+                    Client::OursParquet(pq) => pq.config().to_owned(),
+                    Client::OursIceberg => iceberg_config(&catalog),
+                    Client::OursSplit => SPLIT_KEY.to_owned(),
+                    _ => String::new(),
                 },
-            })?;
+            });
+            let _ = std::fs::remove_file(&catalog);
+            let measure = measure?;
             let dir = bucket.join(&name);
             let keep = client == Client::Ours(Codec::None) && json.is_none();
-            let stored = if matches!(client, Client::OursParquet(_)) {
+            let stored = if matches!(client, Client::OursParquet(_) | Client::OursIceberg) {
                 data::read_parquet(&dir)?
             } else {
                 data::read_objects(&dir, codec, keep)?
@@ -452,6 +495,10 @@ fn all_clients() -> Vec<Client> {
         Client::OursSplit,
         Client::Uploader,
     ];
+    // The engine with Iceberg tables (the bench's feature `iceberg`).
+    if cfg!(feature = "iceberg") {
+        clients.insert(clients.len() - 1, Client::OursIceberg);
+    }
     if peer::AVAILABLE {
         clients.push(Client::Peer);
     }

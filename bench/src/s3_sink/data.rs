@@ -287,7 +287,11 @@ pub fn check_split_by_site(dir: &Path) -> Result<(), String> {
 pub fn read_parquet(dir: &Path) -> Result<Stored, String> {
     use parquet::file::reader::FileReader as _;
     let mut stored = Stored::default();
-    for path in object_files(dir)? {
+    // An Iceberg table's metadata (JSON, Avro) lies beside its data files.
+    for path in object_files(dir)?
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+    {
         let file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         stored.bytes += file
             .metadata()

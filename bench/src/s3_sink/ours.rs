@@ -45,8 +45,9 @@ pub struct Job<'a> {
     pub single: bool,
     /// `s3.format`: `json_lines`, `raw` (each payload and a line break), `parquet`.
     pub format: &'static str,
-    /// More `[sink.s3]` lines (and tables after them): the Parquet writer's settings.
-    pub extra: &'static str,
+    /// More `[sink.s3]` lines (and tables after them): the Parquet writer's settings, an
+    /// Iceberg table.
+    pub extra: String,
 }
 
 /// The wire integrity modes of the S3 sink, each measured for its CPU.
@@ -104,6 +105,9 @@ pub const LEVEL_ENV: &str = "SPILLWAY_BENCH_S3_SINK_LEVEL";
 
 /// The sink's settings, as the issue gives them.
 pub const MAX_OBJECT: &str = "64MiB";
+
+/// Overrides `max_object_size` of ours (e.g. `8MiB`), to compare object sizes.
+pub const MAX_OBJECT_ENV: &str = "SPILLWAY_BENCH_S3_SINK_MAX_OBJECT";
 pub const PART: &str = "8MiB";
 pub const PARTS_IN_FLIGHT: u32 = 2;
 
@@ -167,9 +171,16 @@ request_attempts = {attempts}
         ak = job.s3.access_key(),
         sk = job.s3.secret_key(),
         codec = job.codec.name(),
-        max_object = if job.single { PART } else { MAX_OBJECT },
+        max_object = if job.single {
+            PART.to_owned()
+        } else {
+            std::env::var(MAX_OBJECT_ENV)
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .unwrap_or_else(|| MAX_OBJECT.to_owned())
+        },
         format = job.format,
-        extra = job.extra,
+        extra = job.extra.as_str(),
         integrity = job.integrity.config(),
         level = match std::env::var(LEVEL_ENV) {
             Ok(l) if job.codec != Codec::None && !l.trim().is_empty() => {
@@ -292,11 +303,15 @@ pub fn run(job: &Job<'_>) -> Result<Measure, String> {
             }
         }
     }
-    let requests = end
+    let counters = end
         .sinks
         .iter()
         .find(|(name, _)| name == job.name)
-        .map(|(_, c)| c.sink_requests);
+        .map(|(_, c)| c);
+    let requests = counters.map(|c| c.sink_requests);
+    let table = counters
+        .filter(|c| c.sink_table_commits > 0)
+        .map(|c| (c.sink_table_commits, c.sink_table_files));
     Ok(Measure {
         wall,
         split,
@@ -305,6 +320,7 @@ pub fn run(job: &Job<'_>) -> Result<Measure, String> {
             .map(|(b, a)| a.saturating_sub(b)),
         requests,
         rss_growth,
+        table,
     })
 }
 

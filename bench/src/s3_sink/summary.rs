@@ -29,6 +29,10 @@ pub(super) struct Summary {
     pub(super) requests_per_gib: f64,
     /// The engine's RSS rise over the run, MiB (NaN where not measured).
     pub(super) rss_growth_mib: f64,
+    /// An Iceberg table's snapshots per minute of the run and data files per snapshot (NaN
+    /// without a table).
+    pub(super) commits_per_min: f64,
+    pub(super) files_per_commit: f64,
 }
 
 pub(super) fn summarize(client: Client, samples: &[Sample], payload: u64) -> Summary {
@@ -90,6 +94,26 @@ pub(super) fn summarize(client: Client, samples: &[Sample], payload: u64) -> Sum
                     s.measure
                         .rss_growth
                         .map_or(f64::NAN, |b| b as f64 / MIB as f64)
+                })
+                .collect(),
+        ),
+        commits_per_min: median(
+            samples
+                .iter()
+                .map(|s| {
+                    s.measure
+                        .table
+                        .map_or(f64::NAN, |(c, _)| c as f64 * 60.0 / secs(s))
+                })
+                .collect(),
+        ),
+        files_per_commit: median(
+            samples
+                .iter()
+                .map(|s| {
+                    s.measure
+                        .table
+                        .map_or(f64::NAN, |(c, f)| f as f64 / c.max(1) as f64)
                 })
                 .collect(),
         ),
@@ -355,6 +379,31 @@ pub(super) fn rows_of(summaries: &[Summary], plan: &Plan, payload_name: &str) ->
         if let Some(o) = find(Client::OursParquet(pq)) {
             let scenario = format!("iggy_to_s3_{payload_name}_1KiB_parquet_{}", pq.tag());
             rows.extend(versus(&scenario, o, zstd_lines, "ours, json_lines, zstd"));
+        }
+    }
+    // Parquet committed to an Iceberg table against the same Parquet as plain objects: what the
+    // commits cost, and how often they came.
+    if let Some(o) = find(Client::OursIceberg) {
+        let scenario = format!("iggy_to_s3_{payload_name}_1KiB_parquet_zstd_iceberg");
+        rows.extend(versus(
+            &scenario,
+            o,
+            find(Client::OursParquet(Pq::Zstd)),
+            "ours, parquet, zstd, plain objects",
+        ));
+        for (metric, value, unit) in [
+            (
+                "commits_per_min",
+                o.commits_per_min,
+                "snapshots committed per minute",
+            ),
+            (
+                "files_per_commit",
+                o.files_per_commit,
+                "data files per snapshot",
+            ),
+        ] {
+            rows.push(Row::alone(&scenario, metric, value, unit, Better::Neither));
         }
     }
     // Keys split by a field against the same json_lines + zstd without: eight open objects
