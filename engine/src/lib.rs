@@ -28,6 +28,7 @@ pub(crate) mod metrics_http;
 pub(crate) mod notify;
 pub mod offsets;
 pub mod operator;
+pub mod orphans;
 pub(crate) mod ratelog;
 pub(crate) mod runner;
 pub(crate) mod shard;

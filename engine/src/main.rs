@@ -119,6 +119,23 @@ enum Cmd {
         #[command(subcommand)]
         action: OffsetsCmd,
     },
+    /// List the data files of an S3 sink's Iceberg table that no snapshot references (left by
+    /// a crash between upload and commit, a failed commit or a fenced member); with --delete,
+    /// remove them.
+    Orphans {
+        /// The engine's TOML config file.
+        #[arg(short, long)]
+        config: PathBuf,
+        /// The sink's name.
+        #[arg(long)]
+        sink: String,
+        /// Leave files younger than this (a running engine may not have committed them yet).
+        #[arg(long, default_value = "24h", value_parser = spillway_duration)]
+        older_than: std::time::Duration,
+        /// Delete the orphans listed.
+        #[arg(long)]
+        delete: bool,
+    },
     /// Resume a paused sink of a running engine.
     Resume {
         /// The engine's TOML config file.
@@ -177,6 +194,36 @@ struct Which {
     /// One partition only.
     #[arg(long)]
     partition: Option<u32>,
+}
+
+fn spillway_duration(text: &str) -> Result<std::time::Duration, String> {
+    spillway::config::parse_duration(text)
+}
+
+/// `spillway orphans`: the report on stdout; exit 1 when it could not be made.
+fn orphans(
+    config: &std::path::Path,
+    sink: &str,
+    older_than: std::time::Duration,
+    delete: bool,
+) -> ExitCode {
+    let cfg = match config::load(config) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    match spillway::orphans::run(&cfg, sink, older_than, delete) {
+        Ok(report) => {
+            let _ = write!(std::io::stdout(), "{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn offsets(action: OffsetsCmd) -> ExitCode {
@@ -378,6 +425,12 @@ fn main() -> ExitCode {
             false,
         ),
         Cmd::Offsets { action } => offsets(action),
+        Cmd::Orphans {
+            config,
+            sink,
+            older_than,
+            delete,
+        } => orphans(&config, &sink, older_than, delete),
         Cmd::Run { config } => match load(&config) {
             Ok((cfg, map)) => {
                 let status = spillway::control::run(cfg, map);

@@ -30,6 +30,11 @@ pub use s3::{
 };
 pub use secret::Secret;
 
+/// A duration as the config writes one (`"500ms"`, `"30s"`, `"24h"`): for the command line.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    crate::units::parse_duration(text)
+}
+
 pub use crate::json::PayloadEncoding;
 use crate::template::name::PathTemplate;
 use crate::units::{ByteSize, Dur};

@@ -301,6 +301,50 @@ fn sigkill_rounds(s3: &S3Server, proxy: Option<&spillway_tests::FaultProxy>) {
             "the table names a file the store lacks: {f}"
         );
     }
+    // `spillway orphans` lists exactly the files no snapshot references, then deletes them;
+    // the table still reads whole.
+    if let Some(proxy) = proxy {
+        proxy
+            .set_plan(spillway_tests::FaultPlan::passthrough())
+            .unwrap();
+    }
+    let config = dir.path().join("ice-last.toml");
+    let tool = |more: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+            .arg("orphans")
+            .arg("--config")
+            .arg(&config)
+            .args(["--sink", "ice", "--older-than", "0s"])
+            .args(more)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "spillway orphans: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let listed: std::collections::BTreeSet<String> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split('\t').next())
+            .map(str::to_owned)
+            .collect();
+        (listed, text)
+    };
+    let expected: std::collections::BTreeSet<String> = stored
+        .iter()
+        .filter(|k| !committed.contains(*k))
+        .cloned()
+        .collect();
+    let (listed, text) = tool(&[]);
+    assert_eq!(listed, expected, "{text}");
+    let (deleted, _) = tool(&["--delete"]);
+    assert_eq!(deleted, expected);
+    let (left, text) = tool(&[]);
+    assert!(left.is_empty(), "orphans left after --delete: {text}");
+    let after = pyiceberg_read(&db, s3, "lake.raw.events");
+    check_rows(&after, &[sent, sent]).unwrap_or_else(|e| panic!("after --delete: {e}"));
 }
 
 /// `[iggy]`, `[runtime]`, `[metrics]` and a consumer group's Iceberg sink on `table`: pings every

@@ -32,7 +32,7 @@ mod objects;
 mod ownership;
 mod rewind;
 mod setup;
-mod table;
+pub(crate) mod table;
 mod upload;
 mod writer;
 

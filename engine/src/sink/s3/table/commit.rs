@@ -117,19 +117,19 @@ struct Pending {
 }
 
 /// The thread's state.
-struct Committer {
+pub(super) struct Committer {
     sink: String,
     cfg: IcebergConfig,
-    bucket: String,
+    pub(super) bucket: String,
     /// The catalog's and its FileIO's properties (the secret key among them: never logged).
-    props: HashMap<String, String>,
+    pub(super) props: HashMap<String, String>,
     schema: arrow_schema::Schema,
     /// Whether the files have the metadata columns (`offset` among them).
     metadata: bool,
     /// The partition spec: each field's source column id, name and transform.
     spec: Vec<(i32, String, Transform)>,
     catalog: Option<Arc<dyn Catalog>>,
-    ident: TableIdent,
+    pub(super) ident: TableIdent,
     location: Option<DataPath>,
     leases: HashMap<u32, Lease>,
     next_lease: u64,
@@ -150,7 +150,7 @@ fn iceberg_error(what: &str, e: &iceberg::Error) -> EngineError {
 }
 
 impl Committer {
-    fn new(sink: &str, cfg: &S3SinkConfig) -> Result<Committer, String> {
+    pub(super) fn new(sink: &str, cfg: &S3SinkConfig) -> Result<Committer, String> {
         let t = cfg
             .iceberg
             .clone()
@@ -303,7 +303,7 @@ impl Committer {
         });
     }
 
-    async fn catalog(
+    pub(super) async fn catalog(
         &mut self,
         runtime: &iceberg::Runtime,
     ) -> Result<Arc<dyn Catalog>, EngineError> {

@@ -29,6 +29,8 @@
 #[cfg(feature = "iceberg")]
 mod commit;
 #[cfg(feature = "iceberg")]
+pub(crate) mod orphans;
+#[cfg(feature = "iceberg")]
 mod pinned;
 mod sink;
 pub(crate) mod spec;
