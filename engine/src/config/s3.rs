@@ -514,17 +514,26 @@ pub enum CatalogKind {
     /// The SQL catalog (iceberg-rust's, PyIceberg's and Java's `JdbcCatalog` layout) in a
     /// SQLite database.
     Sql,
+    /// An Iceberg REST catalog server (Polaris, Lakekeeper, Nessie, Gravitino, Unity, AWS Glue's
+    /// REST endpoint, …).
+    Rest,
 }
 
 /// `[sink.s3.iceberg]`: the table the sink's objects are committed to.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IcebergConfig {
-    /// `sql`.
+    /// `sql` or `rest`.
     pub catalog: CatalogKind,
-    /// The catalog's database: `sqlite:///PATH` (created when missing with
-    /// `sqlite:///PATH?mode=rwc`).
+    /// The SQL catalog's database, `sqlite:///PATH` (created when missing with
+    /// `sqlite:///PATH?mode=rwc`); the REST catalog's base URL, `http[s]://HOST[:PORT][/PATH]`
+    /// (its API under `/v1`).
     pub uri: String,
+    /// REST: a bearer token for every request (`${VAR}` from the environment).
+    pub token: Option<Secret>,
+    /// REST: OAuth2 client credentials `CLIENT_ID:SECRET`, exchanged for a token at the
+    /// catalog's `/v1/oauth/tokens` (`${VAR}` from the environment).
+    pub credential: Option<Secret>,
     /// The catalog's name (the SQL catalog's `catalog_name` column).
     #[serde(default = "defaults::catalog_name")]
     pub catalog_name: String,
@@ -532,8 +541,9 @@ pub struct IcebergConfig {
     pub namespace: String,
     /// The table; created when missing with the sink's columns, unpartitioned.
     pub table: String,
-    /// Where the catalog puts new tables: `s3://BUCKET/PATH`, in the sink's bucket (default
-    /// `s3://{bucket}/{prefix}warehouse`).
+    /// SQL: where the catalog puts new tables, `s3://BUCKET/PATH` in the sink's bucket (default
+    /// `s3://{bucket}/{prefix}warehouse`). REST: the warehouse the server is asked for, as it
+    /// names them (optional).
     pub warehouse: Option<String>,
     /// The least time between two commits of the sink; the data files closed meanwhile go
     /// into one snapshot.

@@ -573,6 +573,34 @@ fn iceberg_settings_load_and_their_mistakes_name_the_key() {
         s.format_options().parquet.table,
         "the data files carry field ids"
     );
+    // A REST catalog with its token from the environment, never printed.
+    let rest = table
+        .replace("catalog = \"sql\"", "catalog = \"rest\"")
+        .replace(
+            "sqlite:///tmp/c.db?mode=rwc",
+            "https://catalog.internal:8181/api",
+        );
+    let c = parse_with(
+        &with(&format!(
+            "format = \"parquet\"\n{rest}\ntoken = \"${{ICEBERG_TOKEN}}\""
+        )),
+        &[("ICEBERG_TOKEN", "tok-3c1e7")],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let t = c.sinks[0]
+        .s3
+        .as_ref()
+        .and_then(|s| s.iceberg.as_ref())
+        .unwrap_or_else(|| panic!("no [sink.s3.iceberg]"));
+    assert_eq!(t.catalog, super::CatalogKind::Rest);
+    assert_eq!(
+        t.token.as_ref().map(super::Secret::expose),
+        Some("tok-3c1e7")
+    );
+    assert!(
+        !format!("{c:?}").contains("tok-3c1e7"),
+        "the token in Debug output"
+    );
     let cases = [
         (with(table), "sink[0].s3.format", "must be \"parquet\""),
         (
@@ -610,6 +638,31 @@ fn iceberg_settings_load_and_their_mistakes_name_the_key() {
             )),
             "sink[0].s3.iceberg.partition_by[0]",
             "timestamp column",
+        ),
+        (
+            with(&format!("format = \"parquet\"\n{table}\ntoken = \"t\"")),
+            "sink[0].s3.iceberg.token",
+            "rest",
+        ),
+        (
+            with(&format!(
+                "format = \"parquet\"\n{}",
+                table
+                    .replace("catalog = \"sql\"", "catalog = \"rest\"")
+                    .replace("sqlite:///tmp/c.db?mode=rwc", "sqlite:///x")
+            )),
+            "sink[0].s3.iceberg.uri",
+            "http[s]://",
+        ),
+        (
+            with(&format!(
+                "format = \"parquet\"\n{}\ntoken = \"a\"\ncredential = \"b:c\"",
+                table
+                    .replace("catalog = \"sql\"", "catalog = \"rest\"")
+                    .replace("sqlite:///tmp/c.db?mode=rwc", "https://catalog:8181")
+            )),
+            "sink[0].s3.iceberg.credential",
+            "not both",
         ),
         (
             with(&format!(
@@ -655,14 +708,6 @@ fn iceberg_settings_load_and_their_mistakes_name_the_key() {
             )),
             "sink[0].s3.iceberg.warehouse",
             "s3://lake/",
-        ),
-        (
-            with(&format!(
-                "format = \"parquet\"\n{}",
-                table.replace("catalog = \"sql\"", "catalog = \"rest\"")
-            )),
-            "sink[0].s3.iceberg.catalog",
-            "rest",
         ),
     ];
     for (text, key, needle) in cases {

@@ -410,7 +410,33 @@ pub(super) fn iceberg(
                  create it)",
             ));
         }
-        crate::config::CatalogKind::Sql => {}
+        crate::config::CatalogKind::Sql => {
+            for (name, set) in [
+                ("token", t.token.is_some()),
+                ("credential", t.credential.is_some()),
+            ] {
+                if set {
+                    return Err(problem(
+                        key(&format!("iceberg.{name}")),
+                        "is for catalog = \"rest\" only",
+                    ));
+                }
+            }
+        }
+        crate::config::CatalogKind::Rest => {
+            if !(t.uri.starts_with("http://") || t.uri.starts_with("https://")) {
+                return Err(problem(
+                    key("iceberg.uri"),
+                    "the REST catalog takes the server's base URL: http[s]://HOST[:PORT][/PATH]",
+                ));
+            }
+            if t.token.is_some() && t.credential.is_some() {
+                return Err(problem(
+                    key("iceberg.credential"),
+                    "give token or credential, not both",
+                ));
+            }
+        }
     }
     for (name, value) in [
         ("catalog_name", &t.catalog_name),
@@ -431,7 +457,9 @@ pub(super) fn iceberg(
         ));
     }
     partition_by(c, t, key)?;
-    if let Some(w) = &t.warehouse {
+    if let Some(w) = &t.warehouse
+        && t.catalog == crate::config::CatalogKind::Sql
+    {
         let inside = format!("s3://{}/", c.bucket);
         if !w.starts_with(&inside) && w != &format!("s3://{}", c.bucket) {
             return Err(problem(

@@ -14,6 +14,7 @@ use iceberg::spec::{
 use iceberg::table::Table as IcebergTable;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, CatalogBuilder, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
+use iceberg_catalog_rest::RestCatalogBuilder;
 use iceberg_catalog_sql::{
     SQL_CATALOG_PROP_BIND_STYLE, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE,
     SqlCatalogBuilder,
@@ -26,7 +27,7 @@ use super::pinned::Pinned;
 use super::spec::PartValue;
 use super::{Committed, DataPath, Lease, NewFile, Verdict, offset_key, offsets_in, verdict};
 use crate::config::PartitionTransform;
-use crate::config::{IcebergConfig, S3SinkConfig};
+use crate::config::{CatalogKind, IcebergConfig, S3SinkConfig};
 use crate::error::EngineError;
 use crate::sink::s3::format::parquet::{field_id, table_schema};
 
@@ -180,9 +181,7 @@ impl Committer {
             .unwrap_or_else(|| format!("s3://{}/{}warehouse", cfg.bucket, cfg.prefix));
         let mut props: HashMap<String, String> = [
             (SQL_CATALOG_PROP_URI, t.uri.clone()),
-            (SQL_CATALOG_PROP_WAREHOUSE, warehouse),
-            (SQL_CATALOG_PROP_BIND_STYLE, "QMark".to_owned()),
-            ("s3.region", region),
+            ("s3.region", region.clone()),
             ("s3.access-key-id", key_id),
             ("s3.secret-access-key", secret),
             // Only the keys above: no profile files, and never the instance metadata service.
@@ -199,6 +198,24 @@ impl Committer {
             .or_else(|| env("AWS_SESSION_TOKEN"));
         if let Some(token) = token {
             props.insert("s3.session-token".to_owned(), token);
+        }
+        match t.catalog {
+            CatalogKind::Sql => {
+                props.insert(SQL_CATALOG_PROP_WAREHOUSE.to_owned(), warehouse);
+                props.insert(SQL_CATALOG_PROP_BIND_STYLE.to_owned(), "QMark".to_owned());
+            }
+            CatalogKind::Rest => {
+                // The REST catalog's own keys (iceberg-rust's and the Java client's names).
+                if let Some(w) = &t.warehouse {
+                    props.insert("warehouse".to_owned(), w.clone());
+                }
+                if let Some(token) = &t.token {
+                    props.insert("token".to_owned(), token.expose().to_owned());
+                }
+                if let Some(c) = &t.credential {
+                    props.insert("credential".to_owned(), c.expose().to_owned());
+                }
+            }
         }
         if let Some(endpoint) = &cfg.endpoint {
             props.insert("s3.endpoint".to_owned(), endpoint.clone());
@@ -310,20 +327,33 @@ impl Committer {
         if let Some(c) = &self.catalog {
             return Ok(Arc::clone(c));
         }
-        let catalog = SqlCatalogBuilder::default()
-            .with_storage_factory(Arc::new(OpenDalStorageFactory::S3 {
-                customized_credential_load: None,
-            }))
-            .with_runtime(runtime.clone())
-            .load(self.cfg.catalog_name.clone(), self.props.clone())
-            .await
-            .map_err(|e| {
-                EngineError::transient(format!(
-                    "Iceberg SQL catalog at s3.iceberg.uri {:?}: {e}",
-                    self.cfg.uri
-                ))
-            })?;
-        let catalog: Arc<dyn Catalog> = Arc::new(catalog);
+        let storage = Arc::new(OpenDalStorageFactory::S3 {
+            customized_credential_load: None,
+        });
+        let failed = |e: iceberg::Error| {
+            EngineError::transient(format!(
+                "Iceberg catalog at s3.iceberg.uri {:?}: {e}",
+                self.cfg.uri
+            ))
+        };
+        let catalog: Arc<dyn Catalog> = match self.cfg.catalog {
+            CatalogKind::Sql => Arc::new(
+                SqlCatalogBuilder::default()
+                    .with_storage_factory(storage)
+                    .with_runtime(runtime.clone())
+                    .load(self.cfg.catalog_name.clone(), self.props.clone())
+                    .await
+                    .map_err(failed)?,
+            ),
+            CatalogKind::Rest => Arc::new(
+                RestCatalogBuilder::default()
+                    .with_storage_factory(storage)
+                    .with_runtime(runtime.clone())
+                    .load(self.cfg.catalog_name.clone(), self.props.clone())
+                    .await
+                    .map_err(failed)?,
+            ),
+        };
         self.catalog = Some(Arc::clone(&catalog));
         Ok(catalog)
     }
