@@ -43,6 +43,20 @@ pub(super) enum MarkerError {
 }
 
 impl Finisher {
+    /// An object of `slot` is complete (and its range settled in the ledger): the backoff
+    /// starts over, the sink is not failing, and what the watermark passed is confirmed.
+    pub(super) fn settled(&self, shared: &Completion, slot: usize) {
+        let mut backoff = shared.backoff.get();
+        backoff.reset();
+        shared.backoff.set(backoff);
+        self.failing.set(false);
+        // A released writer's slot may hold another partition now (or this one taken up
+        // anew, from what the store and Iggy say): its confirmations go nowhere.
+        if !shared.retired.get() {
+            shared.ledger.borrow_mut().advance(&self.acks, slot);
+        }
+    }
+
     /// An object or letter of writer `epoch` of `slot` failed after those closed before it
     /// settled: the ledger is reset, the writer drops its open objects, and the partition is
     /// polled again from the watermark after a backoff.
@@ -356,15 +370,7 @@ pub(super) async fn complete(
     match result {
         Ok(size) => {
             debug!(sink = %f.sink, key = %job.claim.key, size, first = job.claim.first, last = job.claim.last, count = job.count, "object complete");
-            let mut backoff = shared.backoff.get();
-            backoff.reset();
-            shared.backoff.set(backoff);
-            f.failing.set(false);
-            // A released writer's slot may hold another partition now (or this one taken up
-            // anew, from what the store and Iggy say): its confirmations go nowhere.
-            if !shared.retired.get() {
-                shared.ledger.borrow_mut().advance(&f.acks, job.slot);
-            }
+            f.settled(&shared, job.slot);
             true
         }
         Err(MarkerError::Fenced(why)) => {

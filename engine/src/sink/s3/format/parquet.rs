@@ -47,7 +47,10 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 use serde_json::Value;
 
-use crate::config::{ColumnType, ParquetColumn, ParquetCompression, ParquetConfig, ParquetPayload};
+use crate::config::{
+    ColumnType, PARQUET_OWN_COLUMNS, ParquetColumn, ParquetCompression, ParquetConfig,
+    ParquetPayload,
+};
 use crate::message::{Message, PartitionInfo};
 
 /// The field metadata key of a Parquet field id (what Iceberg readers map columns by).
@@ -199,18 +202,9 @@ fn with_id(field: Field, id: i32) -> Field {
     field.with_metadata([(FIELD_ID.to_owned(), id.to_string())].into())
 }
 
-/// The sink's own columns in a table's data files, by field id from 1.
-const OWN_COLUMNS: [&str; 9] = [
-    "stream",
-    "topic",
-    "partition",
-    "offset",
-    "id",
-    "timestamp",
-    "origin_timestamp",
-    "headers",
-    "payload",
-];
+/// The sink's own columns in a table's data files, by field id from 1 (the order of
+/// [`PARQUET_OWN_COLUMNS`]).
+const OWN_COLUMNS: [&str; 9] = PARQUET_OWN_COLUMNS;
 
 /// A column's field id in a table's data files: the sink's own from 1 (whether written or
 /// not), then the typed columns in their order.

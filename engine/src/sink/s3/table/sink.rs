@@ -108,13 +108,7 @@ pub(in super::super) async fn commit_object(
                 .ledger
                 .borrow_mut()
                 .completed(&job.claim, job.generation);
-            let mut backoff = shared.backoff.get();
-            backoff.reset();
-            shared.backoff.set(backoff);
-            f.failing.set(false);
-            if !shared.retired.get() {
-                shared.ledger.borrow_mut().advance(&f.acks, job.slot);
-            }
+            f.settled(shared, job.slot);
             true
         }
         Ok(Committed::Fenced(why)) => {
